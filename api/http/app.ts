@@ -1,0 +1,111 @@
+import Router from '@koa/router';
+import Koa from 'koa';
+import { randomUUID } from 'node:crypto';
+import { stringify as toYaml } from 'yaml';
+import type { RequestMeta } from '../../commands/bus.js';
+import { DomainError } from '../../domain/shared/decider.js';
+import { DuplicateEventIdError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
+import type { Logger } from '../../infra/logger.js';
+import { InvalidCursorError } from '../../infra/readstore/port.js';
+import { ConsistencyTimeoutError } from '../../projections/runner.js';
+import { buildOpenApi, type OpenApiInfo } from './openapi.js';
+import { badRequest, forbidden, ProblemError } from './problem.js';
+import { mountRoutes, type Mounting, type RouteDef } from './routes.js';
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+export interface HttpAppOptions {
+  name: string;
+  prefix: string;
+  routes: RouteDef[];
+  mounting: Mounting;
+  /** Rejects browser (and, on the memory service, foreign-host) requests with 403. */
+  guard(ctx: Koa.Context): string | undefined;
+  openapi: OpenApiInfo;
+  yaml: boolean;
+  log: Logger;
+  /** Extra public routes (health), mounted before the API. */
+  publicRoutes?(router: Router): void;
+}
+
+const DOMAIN_STATUS: Record<DomainError['kind'], number> = {
+  invalid: 400, forbidden: 403, not_found: 404, conflict: 409, not_implemented: 501,
+};
+
+/** Maps any thrown error to a problem: the one place statuses are decided. */
+export function toProblemError(error: unknown): ProblemError {
+  if (error instanceof ProblemError) return error;
+  if (error instanceof DomainError) return new ProblemError(DOMAIN_STATUS[error.kind], error.kind.replace('_', '-'), error.message, error.details ?? {});
+  if (error instanceof WrongExpectedVersionError) {
+    return new ProblemError(409, 'concurrency-conflict', 'the resource was changed concurrently; retry the request', { stream: error.stream });
+  }
+  if (error instanceof DuplicateEventIdError) return new ProblemError(409, 'duplicate-request', 'this request id was already used for a different change');
+  if (error instanceof ConsistencyTimeoutError) {
+    return new ProblemError(503, 'not-caught-up', error.message, { headers: { 'Retry-After': '1' } });
+  }
+  if (error instanceof InvalidCursorError) return badRequest(error.message, [{ location: 'query.cursor', message: error.message }]);
+  return new ProblemError(500, 'internal', 'the request could not be completed');
+}
+
+export function createHttpApp(options: HttpAppOptions): Koa {
+  const app = new Koa();
+  app.proxy = false;
+  const router = new Router({ prefix: options.prefix });
+  const docs = new Router();
+  const openapi = buildOpenApi(options.openapi, options.routes);
+  docs.get('/docs/openapi.json', (ctx) => { ctx.body = openapi; });
+  if (options.yaml) {
+    const yaml = toYaml(openapi, { aliasDuplicateObjects: false });
+    docs.get('/docs/openapi.yaml', (ctx) => { ctx.type = 'application/yaml'; ctx.body = yaml; });
+  }
+  options.publicRoutes?.(docs);
+  mountRoutes(router, options.routes, options.mounting);
+
+  app.use(async (ctx, next) => {
+    const started = performance.now();
+    const given = ctx.get('X-Request-Id');
+    const requestId = given && REQUEST_ID.test(given) ? given : randomUUID();
+    const idempotencyKey = ctx.get('Idempotency-Key');
+    ctx.set('X-Request-Id', requestId);
+    const log = options.log.child({ request_id: requestId, service: options.name });
+    ctx.state.log = log;
+    const meta: RequestMeta = {
+      correlation_id: requestId,
+      causation_id: requestId,
+      actor: 'anonymous',
+      request_key: idempotencyKey ? `idem:${idempotencyKey}` : requestId,
+      sequence: { next: 0 },
+    };
+    ctx.state.meta = meta;
+    try {
+      if (idempotencyKey && (idempotencyKey.length > 255 || /[^\x21-\x7e]/.test(idempotencyKey))) {
+        throw badRequest('invalid Idempotency-Key', [{ location: 'header.Idempotency-Key', message: 'must be 1-255 visible ASCII characters' }]);
+      }
+      const rejected = options.guard(ctx);
+      if (rejected) throw forbidden(rejected);
+      await next();
+    } catch (error) {
+      const problem = toProblemError(error);
+      if (problem.status >= 500) log.error({ err: error }, 'request failed');
+      ctx.status = problem.status;
+      ctx.type = 'application/problem+json';
+      ctx.body = problem.toProblem(requestId);
+      for (const [k, v] of Object.entries(problem.extra.headers ?? {})) ctx.set(k, v);
+    }
+    log.info({ method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+  });
+  app.use(docs.routes());
+  app.use(router.routes());
+  app.use(async (ctx) => {
+    // Nothing matched: 405 with Allow when the path exists for other methods, else 404.
+    const matched = [router, docs].flatMap((r) => r.match(ctx.path, ctx.method).path);
+    const methods = new Set(matched.flatMap((layer) => layer.methods).filter((m) => m !== 'HEAD' || matched.some((l) => l.methods.includes('GET'))));
+    if (methods.size > 0) {
+      const allow = [...methods].sort().join(', ');
+      throw new ProblemError(405, 'method-not-allowed', `${ctx.method} is not allowed on ${ctx.path}; allowed: ${allow}`, { headers: { Allow: allow } });
+    }
+    throw new ProblemError(404, 'not-found', `no route for ${ctx.method} ${ctx.path}`);
+  });
+  app.on('error', () => undefined);
+  return app;
+}

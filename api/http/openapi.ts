@@ -1,0 +1,113 @@
+import type { TSchema } from 'typebox';
+import { PROBLEM_BASE } from './problem.js';
+import type { AuthKind, RouteDef } from './routes.js';
+
+export interface OpenApiInfo {
+  title: string;
+  version: string;
+  description: string;
+  basePath: string;
+  securitySchemes: Partial<Record<AuthKind, { description: string; bearerFormat?: string }>>;
+}
+
+const SCHEME_NAMES: Record<AuthKind, string> = { key: 'ApiKey', session: 'SessionJwt', owner: 'OwnerToken' };
+
+const ProblemSchema = {
+  type: 'object',
+  description: 'RFC 9457 problem details',
+  required: ['type', 'title', 'status', 'detail'],
+  properties: {
+    type: { type: 'string', format: 'uri', example: `${PROBLEM_BASE}validation` },
+    title: { type: 'string' },
+    status: { type: 'integer' },
+    detail: { type: 'string' },
+    instance: { type: 'string', description: 'the request id' },
+    errors: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['location', 'message'],
+        properties: { location: { type: 'string', example: 'body.big5.openness' }, message: { type: 'string' }, value: {} },
+      },
+    },
+  },
+};
+
+const ERROR_TEXT: Record<number, string> = {
+  400: 'Invalid input (validation, malformed or oversize body, unknown fields)',
+  401: 'Missing or invalid credentials',
+  403: 'Browser or foreign-host request rejected',
+  404: 'Not found (also objects of another project)',
+  405: 'Method not allowed on this path (see Allow)',
+  409: 'Conflict with the current state (e.g. concurrent write, duplicate name)',
+  500: 'Store or provider failure (generic body)',
+  501: 'Not implemented',
+  503: 'Read model not caught up to X-Min-Position in time (see Retry-After), or a dependency not configured',
+};
+
+function parameters(schema: TSchema | undefined, location: 'path' | 'query') {
+  const s = schema as { properties?: Record<string, TSchema & { description?: string }>; required?: string[] } | undefined;
+  return Object.entries(s?.properties ?? {}).map(([name, prop]) => ({
+    name,
+    in: location,
+    required: location === 'path' || (s?.required ?? []).includes(name),
+    ...(prop.description ? { description: prop.description } : {}),
+    schema: prop,
+  }));
+}
+
+/** The OpenAPI 3.1 document, generated from the same route table and TypeBox schemas the server validates with. */
+export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<string, unknown> {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const r of routes) {
+    const path = info.basePath + r.path.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+    const params = [...parameters(r.params, 'path'), ...parameters(r.query, 'query')];
+    if (r.readModels) {
+      params.push(
+        { name: 'X-Min-Position', in: 'header' as never, required: false, description: 'Wait (bounded) until the read model has applied this log position (from X-Event-Position)', schema: { type: 'string', pattern: '^[0-9]+$' } as never },
+        { name: 'min_position', in: 'query', required: false, description: 'Same as X-Min-Position', schema: { type: 'string', pattern: '^[0-9]+$' } as never },
+      );
+    }
+    params.push({ name: 'X-Request-Id', in: 'header' as never, required: false, description: 'Correlation id; echoed back and recorded on every event the request appends', schema: { type: 'string', maxLength: 128 } as never });
+    if (r.method !== 'GET') {
+      params.push({ name: 'Idempotency-Key', in: 'header' as never, required: false, description: 'Repeating a request with the same key returns the first result instead of acting twice', schema: { type: 'string', minLength: 1, maxLength: 255 } as never });
+    }
+    const responses: Record<string, unknown> = {};
+    for (const [status, doc] of Object.entries(r.responses)) {
+      const headers = r.method !== 'GET' ? { 'X-Event-Position': { description: 'Log position of the last event this command appended', schema: { type: 'string' } } } : undefined;
+      responses[status] = {
+        description: doc.description,
+        ...(headers ? { headers } : {}),
+        ...(doc.schema ? { content: { 'application/json': { schema: doc.schema } } } : {}),
+      };
+    }
+    for (const status of r.errors) {
+      responses[String(status)] = {
+        description: ERROR_TEXT[status] ?? 'Error',
+        content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
+      };
+    }
+    paths[path] ??= {};
+    paths[path][r.method.toLowerCase()] = {
+      operationId: r.operationId,
+      summary: r.summary,
+      ...(r.description ? { description: r.description } : {}),
+      tags: [r.tag],
+      security: r.auth.map((a) => ({ [SCHEME_NAMES[a]]: [] })),
+      parameters: params,
+      ...(r.body ? { requestBody: { required: true, content: { 'application/json': { schema: r.body } } } } : {}),
+      responses,
+    };
+  }
+  const securitySchemes: Record<string, unknown> = {};
+  for (const [kind, scheme] of Object.entries(info.securitySchemes)) {
+    securitySchemes[SCHEME_NAMES[kind as AuthKind]] = { type: 'http', scheme: 'bearer', ...scheme };
+  }
+  return {
+    openapi: '3.1.0',
+    info: { title: info.title, version: info.version, description: info.description },
+    jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
+    paths,
+    components: { schemas: { Problem: ProblemSchema }, securitySchemes },
+  };
+}

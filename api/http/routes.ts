@@ -1,0 +1,163 @@
+import Router, { type RouterMiddleware } from '@koa/router';
+import type Koa from 'koa';
+import getRawBody from 'raw-body';
+import type { Static, TSchema } from 'typebox';
+import type { RequestMeta } from '../../commands/bus.js';
+import type { Logger } from '../../infra/logger.js';
+import { badRequest, ProblemError } from './problem.js';
+import { Validator } from './validation.js';
+
+export type AuthKind = 'key' | 'session' | 'owner';
+
+export type Principal =
+  | { kind: 'none' }
+  | { kind: 'key'; key_id: string; project_id: string; tenant_id: string; scopes: string[] }
+  | { kind: 'session'; user_id: string; tenant_id: string }
+  | { kind: 'owner' };
+
+export const BODY_LIMIT_BYTES = 1024 * 1024;
+
+export interface Call<P, Q, B> {
+  params: P;
+  query: Q;
+  body: B;
+  principal: Principal;
+  meta: RequestMeta;
+  koa: Koa.Context;
+  log: Logger;
+}
+
+export interface Reply {
+  status?: number;
+  body?: unknown;
+  /** Log position of the command's last event: sent as X-Event-Position. */
+  position?: number;
+  headers?: Record<string, string>;
+}
+
+export interface ResponseDoc {
+  description: string;
+  schema?: TSchema;
+}
+
+export interface RouteDef<P extends TSchema = TSchema, Q extends TSchema = TSchema, B extends TSchema = TSchema> {
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+  path: string;
+  operationId: string;
+  summary: string;
+  description?: string;
+  tag: string;
+  /** Accepted credentials; empty means public. */
+  auth: AuthKind[];
+  params?: P;
+  query?: Q;
+  body?: B;
+  /** Projections a query reads: it honours X-Min-Position / min_position against them. */
+  readModels?: string[];
+  responses: Record<number, ResponseDoc>;
+  /** Problem statuses this operation can answer, for the OpenAPI document. */
+  errors: number[];
+  handler(call: Call<Static<P>, Static<Q>, Static<B>>): Promise<Reply>;
+}
+
+export function route<P extends TSchema, Q extends TSchema, B extends TSchema>(def: RouteDef<P, Q, B>): RouteDef {
+  return def as unknown as RouteDef;
+}
+
+export interface Mounting {
+  authenticate(ctx: Koa.Context, accepted: AuthKind[]): Promise<Principal>;
+  waitFor(projections: string[], position: number): Promise<void>;
+}
+
+/** Mounts routes on a router in the same order everywhere: auth → validation → consistency → handler. */
+export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounting): void {
+  for (const def of routes) {
+    const params = def.params ? new Validator(def.params, 'path', true) : undefined;
+    const query = def.query ? new Validator(def.query, 'query', true) : undefined;
+    const body = def.body ? new Validator(def.body, 'body') : undefined;
+    const path = def.path;
+    const handler: RouterMiddleware = async (ctx) => {
+      const principal = def.auth.length > 0 ? await mounting.authenticate(ctx, def.auth) : ({ kind: 'none' } as const);
+      const meta = ctx.state.meta as RequestMeta;
+      if (principal.kind === 'key') {
+        meta.actor = `key:${principal.key_id}`;
+        meta.project_id = principal.project_id;
+        meta.tenant_id = principal.tenant_id;
+      } else if (principal.kind === 'session') {
+        meta.actor = `user:${principal.user_id}`;
+        meta.tenant_id = principal.tenant_id;
+      } else if (principal.kind === 'owner') {
+        meta.actor = 'owner';
+      }
+      const rawQuery = { ...ctx.query } as Record<string, unknown>;
+      const minPosition = takeMinPosition(ctx, rawQuery, def.readModels !== undefined);
+      for (const [k, v] of Object.entries(rawQuery)) {
+        if (Array.isArray(v)) throw badRequest(`query parameter ${k} given more than once`, [{ location: `query.${k}`, message: 'must be given once', value: v }]);
+      }
+      const call: Call<unknown, unknown, unknown> = {
+        params: params ? params.parse(ctx.params) : ctx.params,
+        query: query ? query.parse(rawQuery) : rejectUnknownQuery(rawQuery),
+        body: body ? body.parse(await readJsonBody(ctx)) : undefined,
+        principal,
+        meta,
+        koa: ctx,
+        log: ctx.state.log as Logger,
+      };
+      if (minPosition !== undefined && def.readModels && def.readModels.length > 0) await mounting.waitFor(def.readModels, minPosition);
+      const reply = await def.handler(call as never);
+      if (reply.position !== undefined) ctx.set('X-Event-Position', String(reply.position));
+      for (const [k, v] of Object.entries(reply.headers ?? {})) ctx.set(k, v);
+      ctx.status = reply.status ?? 200;
+      if (reply.body !== undefined) ctx.body = reply.body;
+      else if (ctx.status !== 204) ctx.body = null;
+    };
+    router.register(path, [def.method], handler, { name: def.operationId });
+  }
+}
+
+function rejectUnknownQuery(query: Record<string, unknown>): Record<string, unknown> {
+  const names = Object.keys(query);
+  if (names.length > 0) throw badRequest('invalid query', [{ location: 'query', message: `unknown parameter${names.length > 1 ? 's' : ''}: ${names.join(', ')}`, value: names }]);
+  return {};
+}
+
+/** X-Min-Position header or min_position query parameter: a non-negative integer log position. */
+function takeMinPosition(ctx: Koa.Context, query: Record<string, unknown>, accepted: boolean): number | undefined {
+  const fromQuery = query.min_position;
+  delete query.min_position;
+  const raw = ctx.get('X-Min-Position') || (typeof fromQuery === 'string' ? fromQuery : undefined);
+  if (raw === undefined || raw === '') {
+    if (fromQuery !== undefined && !accepted) throw badRequest('min_position is not accepted here');
+    return undefined;
+  }
+  if (!accepted) return undefined;
+  if (!/^\d{1,16}$/.test(raw)) {
+    throw badRequest('invalid consistency token', [{ location: 'header.X-Min-Position', message: 'must be a position returned in X-Event-Position', value: raw }]);
+  }
+  return Number(raw);
+}
+
+/**
+ * Reads a JSON body: content type must be JSON, at most 1 MiB, one JSON value and nothing after it
+ * (JSON.parse rejects trailing data), not empty.
+ */
+export async function readJsonBody(ctx: Koa.Context): Promise<unknown> {
+  if (!ctx.is('application/json', '+json')) {
+    throw badRequest('Content-Type must be application/json', [{ location: 'header.Content-Type', message: 'must be application/json', value: ctx.get('Content-Type') || null }]);
+  }
+  let text: string;
+  try {
+    text = await getRawBody(ctx.req, { limit: BODY_LIMIT_BYTES, encoding: 'utf8', length: ctx.get('Content-Length') || undefined });
+  } catch (error) {
+    const type = (error as { type?: string }).type;
+    if (type === 'entity.too.large') throw badRequest(`request body exceeds ${BODY_LIMIT_BYTES} bytes`);
+    if (type === 'request.aborted') throw new ProblemError(400, 'aborted', 'request body was not received completely');
+    throw badRequest('request body could not be read');
+  }
+  if (text.trim() === '') throw badRequest('request body is required');
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw badRequest(`malformed JSON: ${(error as Error).message}`);
+  }
+}

@@ -1,0 +1,73 @@
+import type Koa from 'koa';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { createRemoteJWKSet, jwtVerify, type JWTVerifyGetKey } from 'jose';
+import type { Config } from '../../infra/config.js';
+import type { ReadStore } from '../../infra/readstore/port.js';
+import type { ApiKeyDoc } from '../../projections/apikeys/projection.js';
+import { unauthorized } from '../http/problem.js';
+import type { AuthKind, Principal } from '../http/routes.js';
+import { hashApiKey, isWellFormedApiKey } from './keys/keygen.js';
+
+export interface KeyUse { key_id: string; project_id: string }
+
+/**
+ * Resolves the caller of a platform request. API keys (`sk_…`) are checked for shape and checksum
+ * first, then looked up by SHA-256 hash and compared in constant time; sessions are JWTs verified
+ * against AUTH_JWKS_URL or AUTH_JWT_SECRET (HS256). `alg: none` never verifies.
+ */
+export function platformAuthenticator(config: Config['auth'], reads: ReadStore, onKeyUse: (use: KeyUse) => void, clock: () => Date = () => new Date()) {
+  let keySource: Uint8Array | JWTVerifyGetKey | undefined;
+  let algorithms: string[] = [];
+  if (config.jwksUrl) {
+    keySource = createRemoteJWKSet(new URL(config.jwksUrl));
+    algorithms = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'];
+  } else if (config.jwtSecret) {
+    keySource = new TextEncoder().encode(config.jwtSecret);
+    algorithms = ['HS256'];
+  }
+
+  async function session(token: string): Promise<Principal> {
+    if (!keySource) throw unauthorized('dashboard sessions are not configured (set AUTH_JWKS_URL or AUTH_JWT_SECRET)');
+    try {
+      const options = { algorithms, issuer: config.issuer, audience: config.audience, requiredClaims: ['sub', 'exp'] };
+      const { payload } = keySource instanceof Uint8Array
+        ? await jwtVerify(token, keySource, options)
+        : await jwtVerify(token, keySource, options);
+      const tenant = payload[config.tenantClaim];
+      if (typeof payload.sub !== 'string' || payload.sub === '') throw new Error('no sub');
+      if (typeof tenant !== 'string' || tenant === '') throw unauthorized(`session token has no ${config.tenantClaim} claim`);
+      return { kind: 'session', user_id: payload.sub, tenant_id: tenant };
+    } catch (error) {
+      if (error instanceof Error && error.name === 'ProblemError') throw error;
+      throw unauthorized('session token is invalid or expired');
+    }
+  }
+
+  async function apiKey(token: string): Promise<Principal> {
+    if (!isWellFormedApiKey(token)) throw unauthorized('API key is malformed');
+    const hash = hashApiKey(token);
+    const { items } = await reads.find<ApiKeyDoc>('api_keys', { where: { key_hash: hash }, limit: 1 });
+    const doc = items[0];
+    const presented = Buffer.from(hash, 'hex');
+    // Compare even when nothing was found, so a miss and a hit cost the same.
+    const stored = Buffer.from(doc?.key_hash ?? createHash('sha256').update('').digest('hex'), 'hex');
+    const equal = timingSafeEqual(presented, stored);
+    if (!doc || !equal) throw unauthorized('API key is not valid');
+    if (!doc.is_active) throw unauthorized('API key has been revoked');
+    if (doc.expires_at && Date.parse(doc.expires_at) <= clock().getTime()) throw unauthorized('API key has expired');
+    onKeyUse({ key_id: doc.key_id, project_id: doc.project_id });
+    return { kind: 'key', key_id: doc.key_id, project_id: doc.project_id, tenant_id: doc.tenant_id, scopes: doc.scopes };
+  }
+
+  return async function authenticate(ctx: Koa.Context, accepted: AuthKind[]): Promise<Principal> {
+    const header = ctx.get('Authorization');
+    const match = /^Bearer\s+(\S+)$/i.exec(header);
+    const wants = accepted.map((a) => (a === 'key' ? 'a project API key' : 'a dashboard session token')).join(' or ');
+    if (!match) throw unauthorized(`this operation needs ${wants} as Authorization: Bearer`);
+    const token = match[1]!;
+    const isKey = token.startsWith('sk_');
+    if (isKey && accepted.includes('key')) return apiKey(token);
+    if (!isKey && accepted.includes('session')) return session(token);
+    throw unauthorized(`this operation needs ${wants}`);
+  };
+}

@@ -1,0 +1,83 @@
+import { DomainError, type Decider, type DomainEvent } from '../shared/decider.js';
+
+export const agentStream = (agentId: string) => `agent-${agentId}`;
+/** One stream per (project, name) holds the name's reservation: names are unique within a project. */
+export const agentNameStream = (projectId: string, nameKey: string) => `agentname-${projectId}-${nameKey}`;
+
+export type Big5 = {
+  openness: number;
+  conscientiousness: number;
+  extraversion: number;
+  agreeableness: number;
+  neuroticism: number;
+};
+export const BIG5_TRAITS = ['openness', 'conscientiousness', 'extraversion', 'agreeableness', 'neuroticism'] as const;
+export const NEUTRAL_BIG5: Big5 = { openness: 0.5, conscientiousness: 0.5, extraversion: 0.5, agreeableness: 0.5, neuroticism: 0.5 };
+
+export type AgentProfile = {
+  agent_id: string;
+  project_id: string;
+  name: string;
+  bio: string | null;
+  gender: 'male' | 'female' | 'non_binary' | null;
+  avatar_url: string | null;
+  big5: Big5;
+  language: string;
+  personality_prompt: string | null;
+  speech_patterns: string[];
+  true_interests: string[];
+  true_dislikes: string[];
+  owner: string;
+};
+
+export type AgentCreated = DomainEvent<'AgentCreated', AgentProfile & { created_at: string; request_key: string }>;
+export type AgentNameReserved = DomainEvent<'AgentNameReserved', { project_id: string; name: string; agent_id: string; reserved_at: string }>;
+export type AgentEvent = AgentCreated;
+export type AgentNameEvent = AgentNameReserved;
+
+export type CreateAgent = { type: 'CreateAgent'; data: Omit<AgentProfile, 'owner'> };
+export type ReserveAgentName = {
+  type: 'ReserveAgentName';
+  /** `holder_exists`: whether the agent holding the current reservation was ever created (checked by the handler). */
+  data: { project_id: string; name: string; agent_id: string; holder_exists: boolean };
+};
+
+export type AgentState = { exists: false } | { exists: true; request_key: string; project_id: string };
+export type AgentNameState = { holder: string | null };
+
+export const agentDecider: Decider<AgentState, CreateAgent, AgentEvent> = {
+  initialState: () => ({ exists: false }),
+  decide(command, state, ctx): AgentCreated[] {
+    switch (command.type) {
+      case 'CreateAgent':
+        if (state.exists) {
+          if (state.request_key === ctx.request_key) return [];
+          throw new DomainError('conflict', `agent ${command.data.agent_id} already exists`);
+        }
+        return [{ type: 'AgentCreated', data: { ...command.data, owner: ctx.actor, created_at: ctx.now, request_key: ctx.request_key } }];
+      default: {
+        const _exhaustive: never = command.type;
+        throw new Error(`unknown command ${_exhaustive}`);
+      }
+    }
+  },
+  evolve(state, event) {
+    return event.type === 'AgentCreated' ? { exists: true, request_key: event.data.request_key, project_id: event.data.project_id } : state;
+  },
+};
+
+export const agentNameDecider: Decider<AgentNameState, ReserveAgentName, AgentNameEvent> = {
+  initialState: () => ({ holder: null }),
+  decide(command, state, ctx): AgentNameReserved[] {
+    const { project_id, name, agent_id, holder_exists } = command.data;
+    if (state.holder === agent_id) return [];
+    // A reservation whose agent was never created (its creation failed after reserving) can be taken over.
+    if (state.holder !== null && holder_exists) {
+      throw new DomainError('conflict', `an agent named "${name}" already exists in this project`, { agent_id: state.holder });
+    }
+    return [{ type: 'AgentNameReserved', data: { project_id, name, agent_id, reserved_at: ctx.now } }];
+  },
+  evolve(_state, event) {
+    return { holder: event.data.agent_id };
+  },
+};

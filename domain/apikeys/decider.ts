@@ -1,0 +1,64 @@
+import { DomainError, type Decider, type DomainEvent } from '../shared/decider.js';
+
+export const apiKeyStream = (keyId: string) => `apikey-${keyId}`;
+
+/** The key itself never enters the log: only its SHA-256 hash and a short display prefix. */
+export type ApiKeyCreated = DomainEvent<'ApiKeyCreated', {
+  key_id: string; project_id: string; tenant_id: string; name: string; key_prefix: string; key_hash: string;
+  scopes: string[]; expires_at: string | null; created_by: string; created_at: string; request_key: string;
+}>;
+export type ApiKeyRevoked = DomainEvent<'ApiKeyRevoked', { key_id: string; project_id: string; revoked_by: string; revoked_at: string }>;
+/** Recorded at most once a minute per key, so `last_used_at` is audit-grade without an event per request. */
+export type ApiKeyUsed = DomainEvent<'ApiKeyUsed', { key_id: string; project_id: string; used_at: string }>;
+export type ApiKeyEvent = ApiKeyCreated | ApiKeyRevoked | ApiKeyUsed;
+
+export type CreateApiKey = { type: 'CreateApiKey'; data: Omit<ApiKeyCreated['data'], 'created_by' | 'created_at' | 'request_key'> };
+export type RevokeApiKey = { type: 'RevokeApiKey'; data: { key_id: string; project_id: string } };
+export type RecordApiKeyUse = { type: 'RecordApiKeyUse'; data: { key_id: string; project_id: string } };
+export type ApiKeyCommand = CreateApiKey | RevokeApiKey | RecordApiKeyUse;
+
+export type ApiKeyState =
+  | { status: 'none' }
+  | { status: 'active' | 'revoked'; project_id: string; request_key: string; last_used_at: string | null };
+
+export const USE_RECORD_INTERVAL_MS = 60_000;
+
+export const apiKeyDecider: Decider<ApiKeyState, ApiKeyCommand, ApiKeyEvent> = {
+  initialState: () => ({ status: 'none' }),
+  decide(command, state, ctx): ApiKeyEvent[] {
+    switch (command.type) {
+      case 'CreateApiKey':
+        if (state.status !== 'none') {
+          if (state.request_key === ctx.request_key) return [];
+          throw new DomainError('conflict', 'api key already exists');
+        }
+        return [{ type: 'ApiKeyCreated', data: { ...command.data, created_by: ctx.actor, created_at: ctx.now, request_key: ctx.request_key } }];
+      case 'RevokeApiKey':
+        if (state.status === 'none' || state.project_id !== command.data.project_id) throw new DomainError('not_found', 'api key not found');
+        if (state.status === 'revoked') return [];
+        return [{ type: 'ApiKeyRevoked', data: { ...command.data, revoked_by: ctx.actor, revoked_at: ctx.now } }];
+      case 'RecordApiKeyUse': {
+        if (state.status !== 'active') return [];
+        const last = state.last_used_at ? Date.parse(state.last_used_at) : 0;
+        if (Date.parse(ctx.now) - last < USE_RECORD_INTERVAL_MS) return [];
+        return [{ type: 'ApiKeyUsed', data: { ...command.data, used_at: ctx.now } }];
+      }
+      default: {
+        const _exhaustive: never = command;
+        throw new Error(`unknown command ${JSON.stringify(_exhaustive)}`);
+      }
+    }
+  },
+  evolve(state, event) {
+    switch (event.type) {
+      case 'ApiKeyCreated':
+        return { status: 'active', project_id: event.data.project_id, request_key: event.data.request_key, last_used_at: null };
+      case 'ApiKeyRevoked':
+        return state.status === 'none' ? state : { ...state, status: 'revoked' };
+      case 'ApiKeyUsed':
+        return state.status === 'none' ? state : { ...state, last_used_at: event.data.used_at };
+      default:
+        return state;
+    }
+  },
+};

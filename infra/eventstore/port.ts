@@ -1,0 +1,92 @@
+/**
+ * The event store port. Two adapters implement it: `embedded` (SQLite, the default)
+ * and `esdb` (EventStoreDB/KurrentDB). Both are exercised by test/contract/eventstore.
+ *
+ * Positions are global, strictly increasing numbers; clients only ever see them as
+ * opaque consistency tokens (X-Event-Position / X-Min-Position).
+ */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+export interface EventMetadata {
+  correlation_id: string;
+  causation_id: string;
+  actor: string;
+  project_id?: string;
+  occurred_at: string;
+  [key: string]: Json | undefined;
+}
+
+/** What a command handler appends. `id` is deterministic so a retried request is a no-op. */
+export interface NewEvent {
+  id: string;
+  type: string;
+  data: Record<string, unknown>;
+  metadata: EventMetadata;
+}
+
+export interface RecordedEvent<Data = Record<string, unknown>> {
+  id: string;
+  stream: string;
+  revision: number;
+  position: number;
+  type: string;
+  data: Data;
+  metadata: EventMetadata;
+  recorded_at: string;
+}
+
+/**
+ * `no_stream`: the stream must not exist; a number: the revision of the stream's last event;
+ * `any`: no check (only for operator tools, never for command handlers).
+ */
+export type ExpectedRevision = number | 'no_stream' | 'stream_exists' | 'any';
+
+export interface AppendResult {
+  /** Revision of the last event written (or found, for an idempotent retry). */
+  revision: number;
+  /** Global position of the last event written. */
+  position: number;
+}
+
+export interface StreamInfo {
+  stream: string;
+  revision: number;
+  event_count: number;
+  first_position: number;
+  last_position: number;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface SubscriptionFilter {
+  /** Only events whose type is in this list. */
+  types?: string[];
+  /** Only events of streams starting with one of these prefixes. */
+  streamPrefixes?: string[];
+}
+
+export interface EventStore {
+  readonly kind: 'embedded' | 'esdb';
+  append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult>;
+  /** Events of one stream from `fromRevision` (inclusive), in revision order. */
+  readStream(stream: string, options?: { fromRevision?: number; limit?: number }): Promise<RecordedEvent[]>;
+  /** Events of every stream after `fromPosition` (exclusive; 0 = from the beginning), in global order. */
+  readAll(fromPosition: number, options?: { limit?: number; filter?: SubscriptionFilter }): Promise<RecordedEvent[]>;
+  /**
+   * Catch-up then live subscription after `fromPosition` (exclusive). Pull-based: the consumer
+   * takes the next event when it is ready for it, so nothing is checkpointed ahead of work.
+   */
+  subscribeToAll(fromPosition: number, options?: { filter?: SubscriptionFilter; signal?: AbortSignal }): AsyncIterable<RecordedEvent>;
+  /** The position of the last event in the log (0 when empty). */
+  headPosition(): Promise<number>;
+  listStreams(options?: { prefix?: string; limit?: number; after?: string }): Promise<StreamInfo[]>;
+  streamInfo(stream: string): Promise<StreamInfo | undefined>;
+  close(): Promise<void>;
+}
+
+export function matchesFilter(event: { type: string; stream: string }, filter?: SubscriptionFilter): boolean {
+  if (!filter) return true;
+  if (filter.types && !filter.types.includes(event.type)) return false;
+  if (filter.streamPrefixes && !filter.streamPrefixes.some((p) => event.stream.startsWith(p))) return false;
+  return true;
+}

@@ -1,0 +1,304 @@
+import Database from 'better-sqlite3';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import {
+  decodeCursor, encodeCursor,
+  type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page,
+  type ProjectionWriter, type ReadStore, type Stored, type Where,
+} from './port.js';
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS rm_checkpoints (
+  projection TEXT NOT NULL,
+  slot       TEXT NOT NULL CHECK (slot IN ('live', 'rebuild')),
+  position   INTEGER NOT NULL,
+  generation INTEGER NOT NULL,
+  updated_at TEXT,
+  PRIMARY KEY (projection, slot)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rm_collections (
+  name       TEXT PRIMARY KEY,
+  projection TEXT NOT NULL,
+  indexes    TEXT NOT NULL
+) WITHOUT ROWID;
+`;
+
+const NAME = /^[a-z][a-z0-9_]{0,62}$/;
+const FIELD = /^[A-Za-z_][A-Za-z0-9_.]{0,127}$/;
+
+interface Row { id: string; position: number; deleted: number; doc: string }
+
+/**
+ * Read models in SQLite (a file beside the event log). Writes are not fsynced on every commit
+ * (synchronous=NORMAL): read models are disposable and the checkpoint commits with them, so after a
+ * crash the projection resumes from a checkpoint that matches its documents.
+ */
+export class EmbeddedReadStore implements ReadStore {
+  readonly kind = 'embedded' as const;
+  private readonly db: Database.Database;
+  private lock: Promise<unknown> = Promise.resolve();
+  private readonly statements = new Map<string, Database.Statement>();
+
+  constructor(readonly file: string) {
+    if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
+    this.db = new Database(file);
+    this.db.pragma('busy_timeout = 5000');
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = NORMAL');
+    this.db.exec(SCHEMA);
+  }
+
+  /** Prepared statements are cached by their text: queries are built from a small set of shapes. */
+  private prepare(sql: string): Database.Statement {
+    let statement = this.statements.get(sql);
+    if (!statement) {
+      statement = this.db.prepare(sql);
+      this.statements.set(sql, statement);
+    }
+    return statement;
+  }
+
+  async register(projection: string, collections: CollectionSpec[]): Promise<void> {
+    this.db.transaction(() => {
+      this.prepare(`INSERT INTO rm_checkpoints (projection, slot, position, generation, updated_at)
+        VALUES (?, 'live', 0, 1, NULL) ON CONFLICT DO NOTHING`).run(projection);
+      for (const c of collections) {
+        if (!NAME.test(c.name)) throw new Error(`invalid collection name ${c.name}`);
+        for (const index of c.indexes ?? []) for (const f of index) if (!FIELD.test(f)) throw new Error(`invalid index field ${f}`);
+        this.prepare(`INSERT INTO rm_collections (name, projection, indexes) VALUES (?, ?, ?)
+          ON CONFLICT (name) DO UPDATE SET projection = excluded.projection, indexes = excluded.indexes`)
+          .run(c.name, projection, JSON.stringify(c.indexes ?? []));
+      }
+      const live = this.slot(projection, 'live')!;
+      this.createTables(projection, live.generation);
+    })();
+  }
+
+  private collectionsOf(projection: string): Array<{ name: string; indexes: string[][] }> {
+    return (this.prepare('SELECT name, indexes FROM rm_collections WHERE projection = ?').all(projection) as Array<{ name: string; indexes: string }>)
+      .map((r) => ({ name: r.name, indexes: JSON.parse(r.indexes) as string[][] }));
+  }
+
+  private createTables(projection: string, generation: number): void {
+    for (const c of this.collectionsOf(projection)) {
+      const table = tableName(c.name, generation);
+      this.db.exec(`CREATE TABLE IF NOT EXISTS ${table} (
+        id TEXT PRIMARY KEY, position INTEGER NOT NULL, deleted INTEGER NOT NULL DEFAULT 0, doc TEXT NOT NULL) WITHOUT ROWID`);
+      c.indexes.forEach((fields, i) => {
+        const cols = fields.map((f) => `json_extract(doc, '$.${f}')`).join(', ');
+        this.db.exec(`CREATE INDEX IF NOT EXISTS ${table}_i${i} ON ${table} (deleted, ${cols}, id)`);
+      });
+    }
+  }
+
+  private dropTables(projection: string, generation: number): void {
+    for (const c of this.collectionsOf(projection)) {
+      const table = tableName(c.name, generation);
+      for (const sql of this.statements.keys()) if (sql.includes(` ${table} `)) this.statements.delete(sql);
+      this.db.exec(`DROP TABLE IF EXISTS ${table}`);
+    }
+  }
+
+  private slot(projection: string, slot: 'live' | 'rebuild'): CheckpointInfo | undefined {
+    return this.prepare('SELECT projection, position, generation, updated_at FROM rm_checkpoints WHERE projection = ? AND slot = ?')
+      .get(projection, slot) as CheckpointInfo | undefined;
+  }
+
+  async checkpoint(projection: string): Promise<CheckpointInfo> {
+    return this.slot(projection, 'live') ?? { projection, position: 0, generation: 1, updated_at: null };
+  }
+
+  async listCheckpoints(): Promise<CheckpointInfo[]> {
+    return this.prepare(`SELECT projection, position, generation, updated_at FROM rm_checkpoints WHERE slot = 'live' ORDER BY projection`)
+      .all() as CheckpointInfo[];
+  }
+
+  /** Serialises batches: one SQLite connection can hold one transaction at a time. */
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.lock.then(fn, fn);
+    this.lock = run.catch(() => undefined);
+    return run;
+  }
+
+  applyBatch(projection: string, expected: { position: number; generation: number }, position: number,
+    fn: (writer: ProjectionWriter) => Promise<void>, target?: { rebuild: true }): Promise<boolean> {
+    const slotName = target?.rebuild ? 'rebuild' : 'live';
+    return this.exclusive(async () => {
+      this.db.exec('BEGIN IMMEDIATE');
+      try {
+        const stored = this.slot(projection, slotName);
+        if (!stored || stored.position !== expected.position || stored.generation !== expected.generation) {
+          this.db.exec('ROLLBACK');
+          return false;
+        }
+        const generation = stored.generation;
+        await fn(this.writer(projection, generation));
+        this.prepare('UPDATE rm_checkpoints SET position = ?, updated_at = ? WHERE projection = ? AND slot = ?')
+          .run(position, new Date().toISOString(), projection, slotName);
+        this.db.exec('COMMIT');
+        return true;
+      } catch (error) {
+        if (this.db.inTransaction) this.db.exec('ROLLBACK');
+        throw error;
+      }
+    });
+  }
+
+  private writer(projection: string, generation: number): ProjectionWriter {
+    const table = (collection: string) => {
+      const owner = this.projectionOf(collection);
+      if (owner !== projection) throw new Error(`projection ${projection} may not write ${collection} (owned by ${owner})`);
+      return tableName(collection, generation);
+    };
+    return {
+      get: async <T extends Doc>(collection: string, id: string) => this.getFrom<T>(table(collection), id),
+      find: async <T extends Doc>(collection: string, options: FindOptions) => this.findIn<T>(table(collection), options),
+      put: async <T extends Doc>(collection: string, doc: T, position: number) => {
+        this.prepare(`INSERT INTO ${table(collection)} (id, position, deleted, doc) VALUES (?, ?, 0, ?)
+          ON CONFLICT (id) DO UPDATE SET position = excluded.position, deleted = 0, doc = excluded.doc
+          WHERE position < excluded.position`).run(doc.id, position, JSON.stringify(doc));
+      },
+      delete: async (collection: string, id: string, position: number) => {
+        this.prepare(`INSERT INTO ${table(collection)} (id, position, deleted, doc) VALUES (?, ?, 1, '{}')
+          ON CONFLICT (id) DO UPDATE SET position = excluded.position, deleted = 1, doc = '{}'
+          WHERE position < excluded.position`).run(id, position);
+      },
+    };
+  }
+
+  private projectionOf(collection: string): string {
+    const row = this.prepare('SELECT projection FROM rm_collections WHERE name = ?').get(collection) as { projection: string } | undefined;
+    if (!row) throw new Error(`unknown collection ${collection}`);
+    return row.projection;
+  }
+
+  /** The live table of a collection (resolved on every query: a rebuild in another process may have swapped it). */
+  private liveTable(collection: string): string {
+    const row = this.prepare(`SELECT k.generation AS generation FROM rm_collections c
+      JOIN rm_checkpoints k ON k.projection = c.projection AND k.slot = 'live' WHERE c.name = ?`).get(collection) as { generation: number } | undefined;
+    if (!row) throw new Error(`unknown collection ${collection}`);
+    return tableName(collection, row.generation);
+  }
+
+  private getFrom<T extends Doc>(table: string, id: string): Stored<T> | undefined {
+    const row = this.prepare(`SELECT * FROM ${table} WHERE id = ? AND deleted = 0`).get(id) as Row | undefined;
+    return row ? toDoc<T>(row) : undefined;
+  }
+
+  private findIn<T extends Doc>(table: string, options: FindOptions): Page<Stored<T>> {
+    const { sql, params } = whereSql(options.where);
+    const field = options.sort?.field ?? 'id';
+    if (!FIELD.test(field)) throw new Error(`invalid sort field ${field}`);
+    const order = options.sort?.order === 'desc' ? 'DESC' : 'ASC';
+    const cmp = order === 'DESC' ? '<' : '>';
+    const expr = field === 'id' ? 'id' : `json_extract(doc, '$.${field}')`;
+    const clauses = [sql];
+    if (options.cursor) {
+      const [value, id] = decodeCursor(options.cursor);
+      if (field === 'id') {
+        clauses.push(`id ${cmp} ?`);
+        params.push(id);
+      } else {
+        clauses.push(`(${expr} ${cmp} ? OR (${expr} = ? AND id ${cmp} ?))`);
+        params.push(bindable(value), bindable(value), id);
+      }
+    }
+    const limit = options.limit ?? 100;
+    params.push(limit + 1);
+    const rows = this.prepare(`SELECT * FROM ${table} WHERE ${clauses.join(' AND ')} ORDER BY ${expr} ${order}, id ${order} LIMIT ?`)
+      .all(...params) as Row[];
+    const items = rows.slice(0, limit).map((r) => toDoc<T>(r));
+    const last = items.at(-1);
+    const next = rows.length > limit && last ? encodeCursor(field === 'id' ? last.id : getPath(last, field), last.id) : null;
+    return { items, next_cursor: next };
+  }
+
+  async get<T extends Doc>(collection: string, id: string): Promise<Stored<T> | undefined> {
+    return this.getFrom<T>(this.liveTable(collection), id);
+  }
+
+  async find<T extends Doc>(collection: string, options: FindOptions = {}): Promise<Page<Stored<T>>> {
+    return this.findIn<T>(this.liveTable(collection), options);
+  }
+
+  async count(collection: string, where?: Where): Promise<number> {
+    const { sql, params } = whereSql(where);
+    const row = this.prepare(`SELECT COUNT(*) AS n FROM ${this.liveTable(collection)} WHERE ${sql}`).get(...params) as { n: number };
+    return row.n;
+  }
+
+  async startRebuild(projection: string): Promise<CheckpointInfo> {
+    return this.exclusive(async () => this.db.transaction(() => {
+      const live = this.slot(projection, 'live');
+      if (!live) throw new Error(`unknown projection ${projection}`);
+      const previous = this.slot(projection, 'rebuild');
+      if (previous) this.dropTables(projection, previous.generation);
+      const generation = Math.max(live.generation, previous?.generation ?? 0) + 1;
+      this.prepare(`INSERT INTO rm_checkpoints (projection, slot, position, generation, updated_at) VALUES (?, 'rebuild', 0, ?, ?)
+        ON CONFLICT (projection, slot) DO UPDATE SET position = 0, generation = excluded.generation, updated_at = excluded.updated_at`)
+        .run(projection, generation, new Date().toISOString());
+      this.createTables(projection, generation);
+      return this.slot(projection, 'rebuild')!;
+    })());
+  }
+
+  async rebuildCheckpoint(projection: string): Promise<CheckpointInfo | undefined> {
+    return this.slot(projection, 'rebuild');
+  }
+
+  async finishRebuild(projection: string): Promise<CheckpointInfo> {
+    return this.exclusive(async () => this.db.transaction(() => {
+      const rebuilt = this.slot(projection, 'rebuild');
+      const live = this.slot(projection, 'live');
+      if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
+      this.prepare(`UPDATE rm_checkpoints SET position = ?, generation = ?, updated_at = ? WHERE projection = ? AND slot = 'live'`)
+        .run(rebuilt.position, rebuilt.generation, new Date().toISOString(), projection);
+      this.prepare(`DELETE FROM rm_checkpoints WHERE projection = ? AND slot = 'rebuild'`).run(projection);
+      this.dropTables(projection, live.generation);
+      return this.slot(projection, 'live')!;
+    })());
+  }
+
+  async close(): Promise<void> {
+    await this.lock;
+    this.db.close();
+  }
+}
+
+function tableName(collection: string, generation: number): string {
+  return `rm_${collection}_g${generation}`;
+}
+
+function bindable(value: FieldValue): string | number | null {
+  return typeof value === 'boolean' ? (value ? 1 : 0) : value;
+}
+
+function whereSql(where: Where = {}): { sql: string; params: Array<string | number | null> } {
+  const clauses = ['deleted = 0'];
+  const params: Array<string | number | null> = [];
+  for (const [field, condition] of Object.entries(where)) {
+    if (!FIELD.test(field)) throw new Error(`invalid field ${field}`);
+    const expr = field === 'id' ? 'id' : `json_extract(doc, '$.${field}')`;
+    if (condition !== null && typeof condition === 'object') {
+      if (condition.$in.length === 0) { clauses.push('0'); continue; }
+      clauses.push(`${expr} IN (${condition.$in.map(() => '?').join(', ')})`);
+      params.push(...condition.$in.map(bindable));
+    } else if (condition === null) {
+      clauses.push(`${expr} IS NULL`);
+    } else {
+      clauses.push(`${expr} = ?`);
+      params.push(bindable(condition));
+    }
+  }
+  return { sql: clauses.join(' AND '), params };
+}
+
+function getPath(doc: Record<string, unknown>, path: string): FieldValue {
+  let value: unknown = doc;
+  for (const key of path.split('.')) value = (value as Record<string, unknown> | undefined)?.[key];
+  return (value ?? null) as FieldValue;
+}
+
+function toDoc<T extends Doc>(row: Row): Stored<T> {
+  return { ...(JSON.parse(row.doc) as T), _position: row.position };
+}

@@ -1,0 +1,95 @@
+/**
+ * The read store port: the disposable documents that projections build and queries read.
+ * Adapters: embedded (SQLite, default) and MongoDB (official driver). Both pass test/contract/readstore.
+ *
+ * Every document remembers the log position of the last event applied to it (`_position`); writes
+ * are guarded by it, so applying an event twice changes nothing. Deletes leave a tombstone for the
+ * same reason; tombstones are invisible to queries.
+ */
+export interface Doc {
+  id: string;
+  [field: string]: unknown;
+}
+
+export type Stored<T extends Doc> = T & { _position: number };
+
+export type FieldValue = string | number | boolean | null;
+export type Where = Record<string, FieldValue | { $in: FieldValue[] }>;
+
+export interface FindOptions {
+  where?: Where;
+  /** One sort field; `id` breaks ties and makes cursors stable. Default: id ascending. */
+  sort?: { field: string; order: 'asc' | 'desc' };
+  limit?: number;
+  /** Opaque cursor from a previous page's `next_cursor`. */
+  cursor?: string;
+}
+
+export interface Page<T> {
+  items: T[];
+  next_cursor: string | null;
+}
+
+/** Collections of one projection and the indexes its queries need. */
+export interface CollectionSpec {
+  name: string;
+  indexes?: string[][];
+}
+
+/** Writes of one projection batch: applied together with the checkpoint where the store allows it. */
+export interface ProjectionWriter {
+  get<T extends Doc>(collection: string, id: string): Promise<Stored<T> | undefined>;
+  find<T extends Doc>(collection: string, options: FindOptions): Promise<Page<Stored<T>>>;
+  /** Replaces the document unless it already reflects `position` or later. */
+  put<T extends Doc>(collection: string, doc: T, position: number): Promise<void>;
+  /** Tombstones the document unless it already reflects `position` or later. */
+  delete(collection: string, id: string, position: number): Promise<void>;
+}
+
+export interface CheckpointInfo {
+  projection: string;
+  position: number;
+  generation: number;
+  updated_at: string | null;
+}
+
+export interface ReadStore {
+  readonly kind: 'embedded' | 'mongodb';
+  /** Declares a projection's collections (creates tables/collections and indexes). Idempotent. */
+  register(projection: string, collections: CollectionSpec[]): Promise<void>;
+  checkpoint(projection: string): Promise<CheckpointInfo>;
+  /**
+   * Runs `fn` with a writer on `generation` and stores `position` as the projection's checkpoint
+   * in the same unit of work. Returns false (writing nothing) when the stored checkpoint is no longer
+   * `expected` (another process moved it, e.g. a rebuild swapped in), so the runner re-reads it.
+   */
+  applyBatch(projection: string, expected: { position: number; generation: number }, position: number,
+    fn: (writer: ProjectionWriter) => Promise<void>, target?: { rebuild: true }): Promise<boolean>;
+  get<T extends Doc>(collection: string, id: string): Promise<Stored<T> | undefined>;
+  find<T extends Doc>(collection: string, options?: FindOptions): Promise<Page<Stored<T>>>;
+  count(collection: string, where?: Where): Promise<number>;
+  /** Blue/green rebuild: a fresh generation written from position 0 under a separate checkpoint. */
+  startRebuild(projection: string): Promise<CheckpointInfo>;
+  rebuildCheckpoint(projection: string): Promise<CheckpointInfo | undefined>;
+  /** Atomically makes the rebuilt generation live if it has reached `minPosition`; drops the old one. */
+  finishRebuild(projection: string): Promise<CheckpointInfo>;
+  listCheckpoints(): Promise<CheckpointInfo[]>;
+  close(): Promise<void>;
+}
+
+export function encodeCursor(value: unknown, id: string): string {
+  return Buffer.from(JSON.stringify([value, id])).toString('base64url');
+}
+
+export class InvalidCursorError extends Error {
+  override readonly name = 'InvalidCursorError';
+  constructor() { super('cursor is not valid for this listing'); }
+}
+
+export function decodeCursor(cursor: string): [FieldValue, string] {
+  try {
+    const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    if (Array.isArray(parsed) && parsed.length === 2 && typeof parsed[1] === 'string') return parsed as [FieldValue, string];
+  } catch { /* fall through */ }
+  throw new InvalidCursorError();
+}

@@ -1,0 +1,174 @@
+import { EventEmitter } from 'node:events';
+import type { EventStore, RecordedEvent } from '../infra/eventstore/port.js';
+import type { CheckpointInfo, ReadStore } from '../infra/readstore/port.js';
+import type { Logger } from '../infra/logger.js';
+import type { Projection } from './projection.js';
+
+const BATCH = 500;
+
+export class ConsistencyTimeoutError extends Error {
+  override readonly name = 'ConsistencyTimeoutError';
+  constructor(readonly projection: string, readonly wanted: number, readonly reached: number) {
+    super(`read model ${projection} has not reached position ${wanted} yet (at ${reached})`);
+  }
+}
+
+export interface ProjectionStatus {
+  projection: string;
+  position: number;
+  head: number;
+  lag: number;
+  generation: number;
+  updated_at: string | null;
+}
+
+/**
+ * Runs one projection: pulls events after its stored checkpoint, applies each batch and stores the
+ * new checkpoint in the same unit of work, then waits for more. If the stored checkpoint moved under
+ * it (a rebuild swapped a new generation in), it starts again from the stored one.
+ */
+export class ProjectionRunner {
+  private position = 0;
+  private generation = 1;
+  private readonly progress = new EventEmitter();
+  private abort = new AbortController();
+  private loop: Promise<void> | undefined;
+  private failure: unknown;
+
+  constructor(
+    readonly projection: Projection,
+    private readonly events: EventStore,
+    private readonly store: ReadStore,
+    private readonly log?: Logger,
+  ) {
+    this.progress.setMaxListeners(0);
+  }
+
+  get name(): string { return this.projection.name; }
+  get currentPosition(): number { return this.position; }
+
+  async start(): Promise<void> {
+    await this.store.register(this.projection.name, this.projection.collections);
+    await this.reload();
+    this.loop = this.run();
+  }
+
+  private async reload(): Promise<void> {
+    const cp = await this.store.checkpoint(this.projection.name);
+    this.position = cp.position;
+    this.generation = cp.generation;
+    await this.projection.reset?.();
+  }
+
+  private async run(): Promise<void> {
+    while (!this.abort.signal.aborted) {
+      try {
+        await this.follow();
+      } catch (error) {
+        if (this.abort.signal.aborted) return;
+        this.failure = error;
+        this.log?.error({ err: error, projection: this.name }, 'projection failed; retrying from its checkpoint');
+        await new Promise((r) => setTimeout(r, 1000));
+        await this.reload().catch(() => undefined);
+      }
+    }
+  }
+
+  /** One subscription from the current checkpoint; returns when the checkpoint moved elsewhere. */
+  private async follow(): Promise<void> {
+    const iterator = this.events.subscribeToAll(this.position, { signal: this.abort.signal })[Symbol.asyncIterator]();
+    try {
+      let pending: Promise<IteratorResult<RecordedEvent>> | undefined;
+      for (;;) {
+        const first = await (pending ?? iterator.next());
+        pending = undefined;
+        if (first.done) return;
+        const batch: RecordedEvent[] = [first.value];
+        let ended = false;
+        // Take what is already available without waiting, up to one batch.
+        while (batch.length < BATCH) {
+          const next = iterator.next();
+          const result = await Promise.race([next, immediate()]);
+          if (result === IDLE) {
+            pending = next;
+            break;
+          }
+          if (result.done) {
+            ended = true;
+            break;
+          }
+          batch.push(result.value);
+        }
+        if (!(await this.applyBatch(batch))) {
+          await this.reload();
+          return;
+        }
+        if (ended) return;
+      }
+    } finally {
+      await iterator.return?.();
+    }
+  }
+
+  private async applyBatch(batch: RecordedEvent[]): Promise<boolean> {
+    const relevant = batch.filter((e) => this.projection.canHandle.includes(e.type));
+    const last = batch[batch.length - 1]!.position;
+    if (relevant.length > 0) await this.projection.prepare?.(relevant);
+    const ok = await this.store.applyBatch(this.name, { position: this.position, generation: this.generation }, last, async (writer) => {
+      for (const event of relevant) await this.projection.apply(event, writer);
+    });
+    if (!ok) return false;
+    this.position = last;
+    this.failure = undefined;
+    if (relevant.length > 0) this.projection.afterCommit?.(relevant, this.generation);
+    this.progress.emit('position', last);
+    return true;
+  }
+
+  /** Resolves once this projection has applied everything up to `position`; bounded by `timeoutMs`. */
+  waitFor(position: number, timeoutMs: number): Promise<void> {
+    if (this.position >= position) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const onProgress = (p: number) => {
+        if (p < position) return;
+        cleanup();
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new ConsistencyTimeoutError(this.name, position, this.position));
+      }, timeoutMs);
+      const cleanup = () => {
+        clearTimeout(timer);
+        this.progress.off('position', onProgress);
+      };
+      this.progress.on('position', onProgress);
+    });
+  }
+
+  get lastError(): unknown { return this.failure; }
+
+  async stop(): Promise<void> {
+    this.abort.abort();
+    await this.loop;
+    this.abort = new AbortController();
+  }
+}
+
+const IDLE = Symbol('idle');
+function immediate(): Promise<typeof IDLE> {
+  return new Promise((resolve) => setImmediate(() => resolve(IDLE)));
+}
+
+export async function projectionStatus(events: EventStore, store: ReadStore, checkpoints?: CheckpointInfo[]): Promise<ProjectionStatus[]> {
+  const head = await events.headPosition();
+  const list = checkpoints ?? (await store.listCheckpoints());
+  return list.map((cp) => ({
+    projection: cp.projection,
+    position: cp.position,
+    head,
+    lag: Math.max(0, head - cp.position),
+    generation: cp.generation,
+    updated_at: cp.updated_at,
+  }));
+}
