@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { v5 as uuidv5 } from 'uuid';
 import { WrongExpectedVersionError } from '../infra/eventstore/errors.js';
 import type { EventMetadata, EventStore, NewEvent } from '../infra/eventstore/port.js';
@@ -72,7 +73,10 @@ export class CommandBus {
   ) {
     const entry = (this.cache.get(stream) as CacheEntry<State> | undefined) ?? (await this.load(stream, decider));
     const now = this.clock().toISOString();
-    const context: CommandContext = { now, actor: meta.actor, project_id: meta.project_id, tenant_id: meta.tenant_id, request_key: meta.request_key };
+    const requestHash = createHash('sha256').update(JSON.stringify(command)).digest('hex');
+    const context: CommandContext = {
+      now, actor: meta.actor, project_id: meta.project_id, tenant_id: meta.tenant_id, request_key: meta.request_key, request_hash: requestHash,
+    };
     const events = decider.decide(command, entry.state, context);
     if (events.length === 0) {
       return { result: { events, state: entry.state, revision: entry.revision }, append: undefined, entry };
@@ -85,7 +89,7 @@ export class CommandBus {
       occurred_at: now,
     };
     const newEvents: NewEvent[] = events.map((e, i) => ({
-      id: uuidv5(`${meta.correlation_id}/${stream}/${sequence}/${i}`, EVENT_ID_NAMESPACE),
+      id: uuidv5(`${meta.request_key}/${stream}/${sequence}/${requestHash}/${i}`, EVENT_ID_NAMESPACE),
       type: e.type,
       data: e.data,
       metadata,

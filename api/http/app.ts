@@ -29,7 +29,7 @@ export interface HttpAppOptions {
 }
 
 const DOMAIN_STATUS: Record<DomainError['kind'], number> = {
-  invalid: 400, forbidden: 403, not_found: 404, conflict: 409, not_implemented: 501,
+  invalid: 400, forbidden: 403, not_found: 404, conflict: 409, idempotency_mismatch: 422, not_implemented: 501,
 };
 
 /** Maps any thrown error to a problem: the one place statuses are decided. */
@@ -73,7 +73,8 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       correlation_id: requestId,
       causation_id: requestId,
       actor: 'anonymous',
-      request_key: idempotencyKey ? `idem:${idempotencyKey}` : requestId,
+      // Only an Idempotency-Key makes a repeated request a replay; request ids just correlate.
+      request_key: idempotencyKey ? `idem:${idempotencyKey}` : randomUUID(),
       sequence: { next: 0 },
     };
     ctx.state.meta = meta;

@@ -49,6 +49,8 @@ export interface RouteDef<P extends TSchema = TSchema, Q extends TSchema = TSche
   tag: string;
   /** Accepted credentials; empty means public. */
   auth: AuthKind[];
+  /** API key scope this operation needs (keys with `*` have every scope). */
+  scope?: string;
   params?: P;
   query?: Q;
   body?: B;
@@ -79,6 +81,9 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
     const handler: RouterMiddleware = async (ctx) => {
       const principal = def.auth.length > 0 ? await mounting.authenticate(ctx, def.auth) : ({ kind: 'none' } as const);
       const meta = ctx.state.meta as RequestMeta;
+      if (principal.kind === 'key' && def.scope && !principal.scopes.includes('*') && !principal.scopes.includes(def.scope)) {
+        throw new ProblemError(403, 'insufficient-scope', `this API key lacks the scope ${def.scope}`);
+      }
       if (principal.kind === 'key') {
         meta.actor = `key:${principal.key_id}`;
         meta.project_id = principal.project_id;
@@ -108,8 +113,10 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
       if (reply.position !== undefined) ctx.set('X-Event-Position', String(reply.position));
       for (const [k, v] of Object.entries(reply.headers ?? {})) ctx.set(k, v);
       ctx.status = reply.status ?? 200;
-      if (reply.body !== undefined) ctx.body = reply.body;
-      else if (ctx.status !== 204) ctx.body = null;
+      if (ctx.status === 204) return;
+      // Serialised here so scalar JSON values (a config value "abc", 42, null) are sent as JSON too.
+      ctx.type = 'application/json';
+      ctx.body = JSON.stringify(reply.body ?? null);
     };
     router.register(path, [def.method], handler, { name: def.operationId });
   }

@@ -1,4 +1,4 @@
-import { DomainError, type Decider, type DomainEvent } from '../shared/decider.js';
+import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
 
 export const agentStream = (agentId: string) => `agent-${agentId}`;
 /** One stream per (project, name) holds the name's reservation: names are unique within a project. */
@@ -30,7 +30,7 @@ export type AgentProfile = {
   owner: string;
 };
 
-export type AgentCreated = DomainEvent<'AgentCreated', AgentProfile & { created_at: string; request_key: string }>;
+export type AgentCreated = DomainEvent<'AgentCreated', AgentProfile & { created_at: string; request_key: string; request_hash: string }>;
 export type AgentNameReserved = DomainEvent<'AgentNameReserved', { project_id: string; name: string; agent_id: string; reserved_at: string }>;
 export type AgentEvent = AgentCreated;
 export type AgentNameEvent = AgentNameReserved;
@@ -38,11 +38,14 @@ export type AgentNameEvent = AgentNameReserved;
 export type CreateAgent = { type: 'CreateAgent'; data: Omit<AgentProfile, 'owner'> };
 export type ReserveAgentName = {
   type: 'ReserveAgentName';
-  /** `holder_exists`: whether the agent holding the current reservation was ever created (checked by the handler). */
-  data: { project_id: string; name: string; agent_id: string; holder_exists: boolean };
+  /**
+   * `abandoned_holder`: an agent id the handler found holding the name without ever having been created
+   * (its creation failed after reserving). Only that exact holder may be displaced.
+   */
+  data: { project_id: string; name: string; agent_id: string; abandoned_holder: string | null };
 };
 
-export type AgentState = { exists: false } | { exists: true; request_key: string; project_id: string };
+export type AgentState = { exists: false } | { exists: true; request_key: string; request_hash: string; project_id: string };
 export type AgentNameState = { holder: string | null };
 
 export const agentDecider: Decider<AgentState, CreateAgent, AgentEvent> = {
@@ -51,10 +54,10 @@ export const agentDecider: Decider<AgentState, CreateAgent, AgentEvent> = {
     switch (command.type) {
       case 'CreateAgent':
         if (state.exists) {
-          if (state.request_key === ctx.request_key) return [];
+          if (replayOf(state, ctx)) return [];
           throw new DomainError('conflict', `agent ${command.data.agent_id} already exists`);
         }
-        return [{ type: 'AgentCreated', data: { ...command.data, owner: ctx.actor, created_at: ctx.now, request_key: ctx.request_key } }];
+        return [{ type: 'AgentCreated', data: { ...command.data, owner: ctx.actor, created_at: ctx.now, request_key: ctx.request_key, request_hash: ctx.request_hash } }];
       default: {
         const _exhaustive: never = command.type;
         throw new Error(`unknown command ${_exhaustive}`);
@@ -62,17 +65,16 @@ export const agentDecider: Decider<AgentState, CreateAgent, AgentEvent> = {
     }
   },
   evolve(state, event) {
-    return event.type === 'AgentCreated' ? { exists: true, request_key: event.data.request_key, project_id: event.data.project_id } : state;
+    return event.type === 'AgentCreated' ? { exists: true, request_key: event.data.request_key, request_hash: event.data.request_hash, project_id: event.data.project_id } : state;
   },
 };
 
 export const agentNameDecider: Decider<AgentNameState, ReserveAgentName, AgentNameEvent> = {
   initialState: () => ({ holder: null }),
   decide(command, state, ctx): AgentNameReserved[] {
-    const { project_id, name, agent_id, holder_exists } = command.data;
+    const { project_id, name, agent_id, abandoned_holder } = command.data;
     if (state.holder === agent_id) return [];
-    // A reservation whose agent was never created (its creation failed after reserving) can be taken over.
-    if (state.holder !== null && holder_exists) {
+    if (state.holder !== null && state.holder !== abandoned_holder) {
       throw new DomainError('conflict', `an agent named "${name}" already exists in this project`, { agent_id: state.holder });
     }
     return [{ type: 'AgentNameReserved', data: { project_id, name, agent_id, reserved_at: ctx.now } }];

@@ -1,25 +1,25 @@
-import { DomainError, type Decider, type DomainEvent } from '../shared/decider.js';
+import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
 
 export const apiKeyStream = (keyId: string) => `apikey-${keyId}`;
 
 /** The key itself never enters the log: only its SHA-256 hash and a short display prefix. */
 export type ApiKeyCreated = DomainEvent<'ApiKeyCreated', {
   key_id: string; project_id: string; tenant_id: string; name: string; key_prefix: string; key_hash: string;
-  scopes: string[]; expires_at: string | null; created_by: string; created_at: string; request_key: string;
+  scopes: string[]; expires_at: string | null; created_by: string; created_at: string; request_key: string; request_hash: string;
 }>;
 export type ApiKeyRevoked = DomainEvent<'ApiKeyRevoked', { key_id: string; project_id: string; revoked_by: string; revoked_at: string }>;
 /** Recorded at most once a minute per key, so `last_used_at` is audit-grade without an event per request. */
 export type ApiKeyUsed = DomainEvent<'ApiKeyUsed', { key_id: string; project_id: string; used_at: string }>;
 export type ApiKeyEvent = ApiKeyCreated | ApiKeyRevoked | ApiKeyUsed;
 
-export type CreateApiKey = { type: 'CreateApiKey'; data: Omit<ApiKeyCreated['data'], 'created_by' | 'created_at' | 'request_key'> };
+export type CreateApiKey = { type: 'CreateApiKey'; data: Omit<ApiKeyCreated['data'], 'created_by' | 'created_at' | 'request_key' | 'request_hash'> };
 export type RevokeApiKey = { type: 'RevokeApiKey'; data: { key_id: string; project_id: string } };
 export type RecordApiKeyUse = { type: 'RecordApiKeyUse'; data: { key_id: string; project_id: string } };
 export type ApiKeyCommand = CreateApiKey | RevokeApiKey | RecordApiKeyUse;
 
 export type ApiKeyState =
   | { status: 'none' }
-  | { status: 'active' | 'revoked'; project_id: string; request_key: string; last_used_at: string | null };
+  | { status: 'active' | 'revoked'; project_id: string; request_key: string; request_hash: string; last_used_at: string | null };
 
 export const USE_RECORD_INTERVAL_MS = 60_000;
 
@@ -29,10 +29,10 @@ export const apiKeyDecider: Decider<ApiKeyState, ApiKeyCommand, ApiKeyEvent> = {
     switch (command.type) {
       case 'CreateApiKey':
         if (state.status !== 'none') {
-          if (state.request_key === ctx.request_key) return [];
+          if (replayOf(state, ctx)) return [];
           throw new DomainError('conflict', 'api key already exists');
         }
-        return [{ type: 'ApiKeyCreated', data: { ...command.data, created_by: ctx.actor, created_at: ctx.now, request_key: ctx.request_key } }];
+        return [{ type: 'ApiKeyCreated', data: { ...command.data, created_by: ctx.actor, created_at: ctx.now, request_key: ctx.request_key, request_hash: ctx.request_hash } }];
       case 'RevokeApiKey':
         if (state.status === 'none' || state.project_id !== command.data.project_id) throw new DomainError('not_found', 'api key not found');
         if (state.status === 'revoked') return [];
@@ -52,7 +52,7 @@ export const apiKeyDecider: Decider<ApiKeyState, ApiKeyCommand, ApiKeyEvent> = {
   evolve(state, event) {
     switch (event.type) {
       case 'ApiKeyCreated':
-        return { status: 'active', project_id: event.data.project_id, request_key: event.data.request_key, last_used_at: null };
+        return { status: 'active', project_id: event.data.project_id, request_key: event.data.request_key, request_hash: event.data.request_hash, last_used_at: null };
       case 'ApiKeyRevoked':
         return state.status === 'none' ? state : { ...state, status: 'revoked' };
       case 'ApiKeyUsed':

@@ -1,16 +1,16 @@
-import { DomainError, type Decider, type DomainEvent } from '../shared/decider.js';
+import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
 
 export const projectStream = (projectId: string) => `project-${projectId}`;
 
 export type ProjectCreated = DomainEvent<'ProjectCreated', {
-  project_id: string; tenant_id: string; name: string; created_by: string; created_at: string; request_key: string;
+  project_id: string; tenant_id: string; name: string; created_by: string; created_at: string; request_key: string; request_hash: string;
 }>;
 export type ProjectEvent = ProjectCreated;
 
 export type CreateProject = { type: 'CreateProject'; data: { project_id: string; tenant_id: string; name: string } };
 export type ProjectCommand = CreateProject;
 
-export type ProjectState = { exists: false } | { exists: true; tenant_id: string; request_key: string };
+export type ProjectState = { exists: false } | { exists: true; tenant_id: string; request_key: string; request_hash: string };
 
 export const projectDecider: Decider<ProjectState, ProjectCommand, ProjectEvent> = {
   initialState: () => ({ exists: false }),
@@ -18,10 +18,10 @@ export const projectDecider: Decider<ProjectState, ProjectCommand, ProjectEvent>
     switch (command.type) {
       case 'CreateProject': {
         if (state.exists) {
-          if (state.request_key === ctx.request_key) return [];
+          if (replayOf(state, ctx)) return [];
           throw new DomainError('conflict', `project ${command.data.project_id} already exists`);
         }
-        return [{ type: 'ProjectCreated', data: { ...command.data, created_by: ctx.actor, created_at: ctx.now, request_key: ctx.request_key } }];
+        return [{ type: 'ProjectCreated', data: { ...command.data, created_by: ctx.actor, created_at: ctx.now, request_key: ctx.request_key, request_hash: ctx.request_hash } }];
       }
       default: {
         const _exhaustive: never = command.type;
@@ -32,7 +32,7 @@ export const projectDecider: Decider<ProjectState, ProjectCommand, ProjectEvent>
   evolve(state, event) {
     switch (event.type) {
       case 'ProjectCreated':
-        return { exists: true, tenant_id: event.data.tenant_id, request_key: event.data.request_key };
+        return { exists: true, tenant_id: event.data.tenant_id, request_key: event.data.request_key, request_hash: event.data.request_hash };
       default:
         return state;
     }

@@ -10,8 +10,10 @@ export interface CommandContext {
   actor: string;
   project_id?: string;
   tenant_id?: string;
-  /** The request's idempotency key or id: creation commands derive ids from it. */
+  /** The request's Idempotency-Key (or a fresh id): creation commands derive ids from it. */
   request_key: string;
+  /** Fingerprint of the command: the same Idempotency-Key with a different command is refused. */
+  request_hash: string;
 }
 
 export interface Decider<State, Command, Event extends DomainEvent> {
@@ -20,7 +22,7 @@ export interface Decider<State, Command, Event extends DomainEvent> {
   initialState(): State;
 }
 
-export type DomainErrorKind = 'not_found' | 'conflict' | 'invalid' | 'forbidden' | 'not_implemented';
+export type DomainErrorKind = 'not_found' | 'conflict' | 'invalid' | 'forbidden' | 'not_implemented' | 'idempotency_mismatch';
 
 /** A rule of the domain said no. The API maps `kind` to a status in one place. */
 export class DomainError extends Error {
@@ -32,4 +34,13 @@ export class DomainError extends Error {
 
 export function fold<State, Event extends DomainEvent>(decider: Pick<Decider<State, never, Event>, 'evolve' | 'initialState'>, events: Event[]): State {
   return events.reduce((state, event) => decider.evolve(state, event), decider.initialState());
+}
+
+/** A creation replayed with the same Idempotency-Key: nothing to do if it is the same command, 422 if not. */
+export function replayOf(state: { request_key: string; request_hash: string }, ctx: CommandContext): boolean {
+  if (state.request_key !== ctx.request_key) return false;
+  if (state.request_hash !== ctx.request_hash) {
+    throw new DomainError('idempotency_mismatch', 'this Idempotency-Key was used for a different request');
+  }
+  return true;
 }

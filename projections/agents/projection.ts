@@ -8,7 +8,7 @@ export const agentsProjection: Projection = {
   collections: [{ name: 'agents', indexes: [['project_id', 'created_at'], ['project_id', 'name']] }],
   canHandle: ['AgentCreated'],
   async apply(event, writer) {
-    const { request_key: _ignored, ...data } = (event as unknown as AgentCreated).data;
+    const { request_key: _key, request_hash: _hash, ...data } = (event as unknown as AgentCreated).data;
     await writer.put<AgentDoc>('agents', { id: data.agent_id, ...data, updated_at: data.created_at }, event.position);
   },
 };

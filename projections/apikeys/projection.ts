@@ -27,7 +27,7 @@ export const apiKeysProjection: Projection = {
   async apply(event, writer) {
     const e = event as unknown as ApiKeyCreated | ApiKeyRevoked | ApiKeyUsed;
     if (e.type === 'ApiKeyCreated') {
-      const { request_key: _ignored, ...data } = e.data;
+      const { request_key: _key, request_hash: _hash, ...data } = e.data;
       await writer.put<ApiKeyDoc>('api_keys', {
         id: data.key_id, ...data, is_active: true, is_admin_managed: false, last_used_at: null, revoked_at: null,
       }, event.position);

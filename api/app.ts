@@ -1,0 +1,110 @@
+import type { AddressInfo } from 'node:net';
+import { createServer, type Server } from 'node:http';
+import type Koa from 'koa';
+import { CommandBus } from '../commands/bus.js';
+import { apiKeyDecider, apiKeyStream, USE_RECORD_INTERVAL_MS } from '../domain/apikeys/decider.js';
+import type { Config } from '../infra/config.js';
+import type { EventStore } from '../infra/eventstore/port.js';
+import { createLogger, type Logger } from '../infra/logger.js';
+import type { ReadStore } from '../infra/readstore/port.js';
+import { openStores } from '../infra/stores.js';
+import { platformProjections } from '../projections/index.js';
+import { ProjectionRunner } from '../projections/runner.js';
+import { createMemoryApp } from './memory/app.js';
+import { ownerAuthenticator } from './memory/guard.js';
+import { createMemoryModule } from './memory/module.js';
+import { createPlatformApp } from './platform/app.js';
+import { platformAuthenticator, type KeyUse } from './platform/auth.js';
+import type { PlatformDeps } from './platform/context.js';
+import { randomUUID } from 'node:crypto';
+
+export interface Cairn {
+  platformUrl: string;
+  memoryUrl: string;
+  events: EventStore;
+  reads: ReadStore;
+  bus: CommandBus;
+  runners: Map<string, ProjectionRunner>;
+  waitFor(projections: string[], position: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface CairnOptions {
+  config: Config;
+  log?: Logger;
+  clock?: () => Date;
+}
+
+function listen(app: Koa, host: string, port: number): Promise<Server> {
+  return new Promise((resolve, reject) => {
+    const server = createServer(app.callback());
+    server.once('error', reject);
+    server.listen(port, host, () => resolve(server));
+  });
+}
+
+const urlOf = (server: Server) => {
+  const { address, port } = server.address() as AddressInfo;
+  return `http://${address.includes(':') ? `[${address}]` : address}:${port}`;
+};
+
+/** The composition root: stores, command bus, projection runners, and both HTTP apps. */
+export async function startCairn(options: CairnOptions): Promise<Cairn> {
+  const { config } = options;
+  const clock = options.clock ?? (() => new Date());
+  const log = options.log ?? createLogger(config.logLevel);
+  const { events, reads } = await openStores(config);
+  const bus = new CommandBus(events, clock);
+  const runners = new Map<string, ProjectionRunner>();
+
+  const waitFor = async (names: string[], position: number) => {
+    await Promise.all(names.map((name) => {
+      const runner = runners.get(name);
+      if (!runner) throw new Error(`unknown projection ${name}`);
+      return runner.waitFor(position, config.consistencyTimeoutMs);
+    }));
+  };
+  const memory = await createMemoryModule({ bus, events, reads, config, log, waitFor });
+  for (const projection of [...platformProjections, ...memory.projections]) {
+    runners.set(projection.name, new ProjectionRunner(projection, events, reads, log));
+  }
+  for (const runner of runners.values()) await runner.start();
+
+  // last_used_at: at most one ApiKeyUsed event a minute per key, recorded off the request path.
+  const lastRecorded = new Map<string, number>();
+  const recordKeyUse = (use: KeyUse) => {
+    const now = clock().getTime();
+    if (now - (lastRecorded.get(use.key_id) ?? 0) < USE_RECORD_INTERVAL_MS) return;
+    lastRecorded.set(use.key_id, now);
+    const id = randomUUID();
+    bus.handle(apiKeyStream(use.key_id), apiKeyDecider, { type: 'RecordApiKeyUse', data: use },
+      { correlation_id: id, causation_id: id, actor: `key:${use.key_id}`, project_id: use.project_id, request_key: id, sequence: { next: 0 } })
+      .catch((error) => log.warn({ err: error, key_id: use.key_id }, 'could not record API key use'));
+  };
+
+  const deps: PlatformDeps = { bus, events, reads, waitFor: (name, position) => waitFor([name], position) };
+  const platformApp = createPlatformApp(deps, {
+    authenticate: platformAuthenticator(config.auth, reads, recordKeyUse, clock),
+    waitFor,
+  }, config, log, clock);
+  const authenticateOwner = ownerAuthenticator(config.memory.ownerToken);
+  const memoryApp = createMemoryApp(memory.routes, { authenticate: (ctx) => authenticateOwner(ctx), waitFor }, config, log);
+
+  const platformServer = await listen(platformApp, config.host, config.port);
+  const memoryServer = await listen(memoryApp, config.host, config.memoryPort);
+
+  let closed = false;
+  return {
+    platformUrl: urlOf(platformServer),
+    memoryUrl: urlOf(memoryServer),
+    events, reads, bus, runners, waitFor,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await Promise.all([platformServer, memoryServer].map((s) => new Promise((r) => { s.closeAllConnections(); s.close(r); })));
+      for (const runner of runners.values()) await runner.stop();
+      await reads.close();
+      await events.close();
+    },
+  };
+}

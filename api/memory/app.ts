@@ -1,0 +1,28 @@
+import type Koa from 'koa';
+import type { Config } from '../../infra/config.js';
+import type { Logger } from '../../infra/logger.js';
+import { createHttpApp } from '../http/app.js';
+import type { Mounting, RouteDef } from '../http/routes.js';
+import { memoryGuard } from './guard.js';
+
+export function createMemoryApp(routes: RouteDef[], mounting: Mounting, config: Config, log: Logger): Koa {
+  return createHttpApp({
+    name: 'memory',
+    prefix: '',
+    routes,
+    mounting,
+    guard: memoryGuard(config.memory.allowedHosts),
+    yaml: false,
+    log,
+    openapi: {
+      title: 'Cairn memory service API',
+      version: '1.0.0',
+      description: 'Scoped memories with lexical, semantic and hybrid search, context, personality, fact extraction, single-completion chat, export and deletion. Reads wait until every event appended before the request is applied.',
+      basePath: '',
+      securitySchemes: { owner: { description: 'MEMORY_OWNER_TOKEN, required when configured' } },
+    },
+    publicRoutes(router) {
+      router.get('/healthz', (ctx) => { ctx.body = { status: 'ok' }; });
+    },
+  });
+}

@@ -1,0 +1,35 @@
+import type Koa from 'koa';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { browserSignal } from '../http/guard.js';
+import { unauthorized } from '../http/problem.js';
+import type { Principal } from '../http/routes.js';
+
+/**
+ * The memory service is called from backends only: requests that carry browser signals, or whose Host
+ * is not one of MEMORY_ALLOWED_HOSTS (when set), are refused (DNS-rebinding and CSRF protection).
+ */
+export function memoryGuard(allowedHosts: string[] | undefined) {
+  return (ctx: Koa.Context): string | undefined => {
+    const browser = browserSignal(ctx);
+    if (browser) return browser;
+    if (allowedHosts && allowedHosts.length > 0) {
+      const host = (ctx.get('Host') || '').toLowerCase();
+      if (!allowedHosts.includes(host) && !allowedHosts.includes(host.replace(/:\d+$/, ''))) return 'requests for this host are not accepted';
+    }
+    return undefined;
+  };
+}
+
+/** MEMORY_OWNER_TOKEN, when set, is required on every request; compared in constant time. */
+export function ownerAuthenticator(ownerToken: string | undefined) {
+  const expected = ownerToken ? createHash('sha256').update(ownerToken).digest() : undefined;
+  return async (ctx: Koa.Context): Promise<Principal> => {
+    if (!expected) return { kind: 'owner' };
+    const match = /^Bearer\s+(\S+)$/i.exec(ctx.get('Authorization'));
+    if (!match) throw unauthorized('owner token required: Authorization: Bearer <MEMORY_OWNER_TOKEN>');
+    // Hashing both sides gives equal lengths, so timingSafeEqual never leaks the token's length.
+    const presented = createHash('sha256').update(match[1]!).digest();
+    if (!timingSafeEqual(presented, expected)) throw unauthorized('owner token is not valid');
+    return { kind: 'owner' };
+  };
+}

@@ -1,0 +1,119 @@
+import Type from 'typebox';
+import { createHash } from 'node:crypto';
+import { v5 as uuidv5 } from 'uuid';
+import {
+  agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, type AgentProfile,
+} from '../../../domain/agents/decider.js';
+import type { AgentDoc } from '../../../projections/agents/projection.js';
+import { notFound } from '../../http/problem.js';
+import { route, type RouteDef } from '../../http/routes.js';
+import { check, nonBlank } from '../../http/validation.js';
+import { UUID_PATTERN } from '../../shared/schemas.js';
+import { requireProject, type PlatformDeps } from '../context.js';
+import { AgentParams, AgentView, CreateAgentBody, ListAgentsQuery } from './schemas.js';
+
+const AGENT_ID_NAMESPACE = 'c8d1e2f3-4a5b-4c6d-8e7f-901a2b3c4d5e';
+/** A reservation whose agent was not created within this time is treated as abandoned (its creation failed). */
+const ABANDONED_RESERVATION_MS = 60_000;
+
+export const nameKey = (name: string) => createHash('sha256').update(name.normalize('NFC')).digest('hex').slice(0, 32);
+
+export function agentView(a: Omit<AgentDoc, 'id' | 'updated_at'>): AgentView {
+  return {
+    agent_id: a.agent_id, name: a.name, project_id: a.project_id, bio: a.bio, gender: a.gender, avatar_url: a.avatar_url,
+    big5: a.big5, language: a.language, personality_prompt: a.personality_prompt, speech_patterns: a.speech_patterns,
+    true_interests: a.true_interests, true_dislikes: a.true_dislikes, owner: a.owner, created_at: a.created_at,
+    personality: {
+      big5: a.big5, personality_prompt: a.personality_prompt, speech_patterns: a.speech_patterns,
+      true_interests: a.true_interests, true_dislikes: a.true_dislikes,
+    },
+    mood: { valence: 0, arousal: 0, tension: 0, affiliation: 0, reason: 'baseline: no conversation turns processed yet', trigger_type: 'none' },
+    profile: { bio: a.bio, gender: a.gender, avatar_url: a.avatar_url, language: a.language },
+  };
+}
+
+/** Finds an agent of a project by UUID or by exact (NFC-normalised) name. */
+export async function findAgent(deps: PlatformDeps, projectId: string, idOrName: string): Promise<AgentDoc> {
+  let agent: AgentDoc | undefined;
+  if (UUID_PATTERN.test(idOrName)) agent = await deps.reads.get<AgentDoc>('agents', idOrName.toLowerCase());
+  else agent = (await deps.reads.find<AgentDoc>('agents', { where: { project_id: projectId, name: idOrName.normalize('NFC') }, limit: 1 })).items[0];
+  if (!agent || agent.project_id !== projectId) throw notFound('agent not found');
+  return agent;
+}
+
+export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
+  return [
+    route({
+      method: 'POST', path: '/agents', operationId: 'createAgent', tag: 'Agents', auth: ['key'], scope: 'agents:write',
+      summary: 'Create an agent with an authored personality',
+      description: 'Big Five scores default to 0.5 each when `big5` is omitted. Names are unique within a project. With an Idempotency-Key a repeated request returns the same agent.',
+      body: CreateAgentBody,
+      responses: { 200: { description: 'the created agent', schema: AgentView } },
+      errors: [400, 401, 403, 404, 409],
+      async handler({ body, principal, meta }) {
+        if (principal.kind !== 'key') throw new Error('unreachable');
+        const projectId = body.project_id?.toLowerCase() ?? principal.project_id;
+        await requireProject(deps, principal, projectId);
+        const name = body.name.trim().normalize('NFC');
+        check(
+          nonBlank('body.name', body.name),
+          UUID_PATTERN.test(name) ? { location: 'body.name', message: 'must not look like a UUID (names and ids share GET /agents/{agentId})', value: body.name } : undefined,
+        );
+        const agentId = uuidv5(`${projectId}/${meta.request_key}`, AGENT_ID_NAMESPACE);
+        const profile: Omit<AgentProfile, 'owner'> = {
+          agent_id: agentId, project_id: projectId, name,
+          bio: body.bio ?? null, gender: body.gender ?? null, avatar_url: body.avatar_url ?? null,
+          big5: body.big5 ?? NEUTRAL_BIG5, language: body.language ?? 'en', personality_prompt: body.personality_prompt ?? null,
+          speech_patterns: body.speech_patterns ?? [], true_interests: body.true_interests ?? [], true_dislikes: body.true_dislikes ?? [],
+        };
+        const nameStream = agentNameStream(projectId, nameKey(name));
+        const reservation = (await deps.events.readStream(nameStream)).at(-1);
+        let abandoned: string | null = null;
+        if (reservation) {
+          const holder = (reservation.data as { agent_id: string }).agent_id;
+          const stale = clock().getTime() - Date.parse(reservation.recorded_at) > ABANDONED_RESERVATION_MS;
+          if (holder !== agentId && stale && !(await deps.events.streamInfo(agentStream(holder)))) abandoned = holder;
+        }
+        await deps.bus.handle(nameStream, agentNameDecider,
+          { type: 'ReserveAgentName', data: { project_id: projectId, name, agent_id: agentId, abandoned_holder: abandoned } }, meta);
+        const result = await deps.bus.handle(agentStream(agentId), agentDecider, { type: 'CreateAgent', data: profile }, meta);
+        const created = result.events[0]?.data;
+        if (created) return { body: agentView(created), position: result.position };
+        // Idempotent replay: answer with the agent as created the first time.
+        await deps.waitFor('agents', result.position);
+        return { body: agentView(await findAgent(deps, projectId, agentId)), position: result.position };
+      },
+    }),
+    route({
+      method: 'GET', path: '/agents', operationId: 'listAgents', tag: 'Agents', auth: ['key'], scope: 'agents:read',
+      summary: 'List the project\'s agents, oldest first',
+      query: ListAgentsQuery, readModels: ['agents'],
+      responses: { 200: { description: 'agents', schema: Type.Array(AgentView) } },
+      errors: [400, 401, 403, 404, 503],
+      async handler({ query, principal }) {
+        if (principal.kind !== 'key') throw new Error('unreachable');
+        const projectId = query.project_id?.toLowerCase() ?? principal.project_id;
+        await requireProject(deps, principal, projectId);
+        const agents: AgentView[] = [];
+        for (let cursor: string | undefined; ;) {
+          const page = await deps.reads.find<AgentDoc>('agents', { where: { project_id: projectId }, sort: { field: 'created_at', order: 'asc' }, limit: 500, cursor });
+          agents.push(...page.items.map(agentView));
+          if (!page.next_cursor) break;
+          cursor = page.next_cursor;
+        }
+        return { body: agents };
+      },
+    }),
+    route({
+      method: 'GET', path: '/agents/:agentId', operationId: 'getAgent', tag: 'Agents', auth: ['key'], scope: 'agents:read',
+      summary: 'Get an agent by UUID or URL-encoded name, with personality, mood and profile',
+      params: AgentParams, readModels: ['agents'],
+      responses: { 200: { description: 'the agent', schema: AgentView } },
+      errors: [400, 401, 403, 404, 503],
+      async handler({ params, principal }) {
+        if (principal.kind !== 'key') throw new Error('unreachable');
+        return { body: agentView(await findAgent(deps, principal.project_id, params.agentId)) };
+      },
+    }),
+  ];
+}

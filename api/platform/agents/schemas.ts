@@ -1,0 +1,60 @@
+import Type, { type Static } from 'typebox';
+import { DateTime, Uuid } from '../../shared/schemas.js';
+
+const Score = Type.Number({ minimum: 0, maximum: 1 });
+export const Big5 = Type.Object({
+  openness: Score, conscientiousness: Score, extraversion: Score, agreeableness: Score, neuroticism: Score,
+}, { additionalProperties: false, description: 'all five scores, each 0.0-1.0' });
+
+const Phrases = Type.Array(Type.String({ minLength: 1, maxLength: 500 }), { maxItems: 100 });
+export const LANGUAGE_PATTERN = '^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$';
+
+export const CreateAgentBody = Type.Object({
+  name: Type.String({ minLength: 1, maxLength: 128, description: 'unique within the project; must not look like a UUID' }),
+  personality_prompt: Type.Optional(Type.String({ maxLength: 16000 })),
+  big5: Type.Optional(Big5),
+  speech_patterns: Type.Optional(Phrases),
+  true_interests: Type.Optional(Phrases),
+  true_dislikes: Type.Optional(Phrases),
+  project_id: Type.Optional(Uuid),
+  language: Type.Optional(Type.String({ pattern: LANGUAGE_PATTERN, maxLength: 35, description: 'ISO 639 code, optionally with a region (BCP 47); default "en"' })),
+  bio: Type.Optional(Type.String({ maxLength: 8000 })),
+  gender: Type.Optional(Type.Union([Type.Literal('male'), Type.Literal('female'), Type.Literal('non_binary')])),
+  avatar_url: Type.Optional(Type.String({ format: 'uri', pattern: '^https?://', maxLength: 2048 })),
+}, { additionalProperties: false });
+export type CreateAgentBody = Static<typeof CreateAgentBody>;
+
+export const ListAgentsQuery = Type.Object({ project_id: Type.Optional(Uuid) }, { additionalProperties: false });
+export const AgentParams = Type.Object({ agentId: Type.String({ minLength: 1, maxLength: 128, description: 'agent UUID or URL-encoded name' }) }, { additionalProperties: false });
+
+const Mood = Type.Object({
+  valence: Type.Number(), arousal: Type.Number(), tension: Type.Number(), affiliation: Type.Number(),
+  reason: Type.String(), trigger_type: Type.String(),
+});
+
+export const AgentView = Type.Object({
+  agent_id: Uuid,
+  name: Type.String(),
+  project_id: Uuid,
+  bio: Type.Union([Type.String(), Type.Null()]),
+  gender: Type.Union([Type.String(), Type.Null()]),
+  avatar_url: Type.Union([Type.String(), Type.Null()]),
+  big5: Big5,
+  language: Type.String(),
+  personality_prompt: Type.Union([Type.String(), Type.Null()]),
+  speech_patterns: Type.Array(Type.String()),
+  true_interests: Type.Array(Type.String()),
+  true_dislikes: Type.Array(Type.String()),
+  owner: Type.String({ description: 'who created the agent (`key:<key_id>`)' }),
+  created_at: DateTime,
+  personality: Type.Object({
+    big5: Big5, personality_prompt: Type.Union([Type.String(), Type.Null()]),
+    speech_patterns: Type.Array(Type.String()), true_interests: Type.Array(Type.String()), true_dislikes: Type.Array(Type.String()),
+  }),
+  mood: Type.Object(Mood.properties, { description: 'baseline (all zero) until conversation turns are processed' }),
+  profile: Type.Object({
+    bio: Type.Union([Type.String(), Type.Null()]), gender: Type.Union([Type.String(), Type.Null()]),
+    avatar_url: Type.Union([Type.String(), Type.Null()]), language: Type.String(),
+  }),
+});
+export type AgentView = Static<typeof AgentView>;

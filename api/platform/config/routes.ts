@@ -1,0 +1,69 @@
+import { configDecider, configStream } from '../../../domain/config/decider.js';
+import { configDocId, type ConfigValueDoc } from '../../../projections/config/projection.js';
+import { notFound } from '../../http/problem.js';
+import { route, type RouteDef } from '../../http/routes.js';
+import { Success } from '../../shared/schemas.js';
+import { requireProject, type PlatformDeps } from '../context.js';
+import { ConfigKeyParams, ConfigMap, ConfigParams, ConfigValue } from './schemas.js';
+
+export function configRoutes(deps: PlatformDeps): RouteDef[] {
+  return [
+    route({
+      method: 'GET', path: '/projects/:projectId/config', operationId: 'getProjectConfig', tag: 'Project configuration',
+      auth: ['key'], scope: 'config:read', summary: 'All configuration values of the project',
+      params: ConfigParams, readModels: ['project-config'],
+      responses: { 200: { description: 'object mapping each key to its value', schema: ConfigMap } },
+      errors: [400, 401, 403, 404, 503],
+      async handler({ params, principal }) {
+        await requireProject(deps, principal, params.projectId);
+        const config: Record<string, unknown> = {};
+        for (let cursor: string | undefined; ;) {
+          const page = await deps.reads.find<ConfigValueDoc>('config_values', { where: { project_id: params.projectId }, sort: { field: 'key', order: 'asc' }, limit: 500, cursor });
+          for (const doc of page.items) config[doc.key] = doc.value;
+          if (!page.next_cursor) break;
+          cursor = page.next_cursor;
+        }
+        return { body: config };
+      },
+    }),
+    route({
+      method: 'GET', path: '/projects/:projectId/config/:key', operationId: 'getProjectConfigValue', tag: 'Project configuration',
+      auth: ['key'], scope: 'config:read', summary: 'One configuration value',
+      params: ConfigKeyParams, readModels: ['project-config'],
+      responses: { 200: { description: 'the JSON value of the key', schema: ConfigValue } },
+      errors: [400, 401, 403, 404, 503],
+      async handler({ params, principal }) {
+        await requireProject(deps, principal, params.projectId);
+        const doc = await deps.reads.get<ConfigValueDoc>('config_values', configDocId(params.projectId, params.key));
+        if (!doc) throw notFound(`config key ${params.key} not found`);
+        return { body: doc.value };
+      },
+    }),
+    route({
+      method: 'PUT', path: '/projects/:projectId/config/:key', operationId: 'setProjectConfigValue', tag: 'Project configuration',
+      auth: ['key'], scope: 'config:write', summary: 'Set a configuration value (any JSON value, up to 1 MiB)',
+      params: ConfigKeyParams, body: ConfigValue,
+      responses: { 200: { description: 'stored', schema: Success } },
+      errors: [400, 401, 403, 404],
+      async handler({ params, body, principal, meta }) {
+        await requireProject(deps, principal, params.projectId);
+        const result = await deps.bus.handle(configStream(params.projectId), configDecider,
+          { type: 'SetConfigValue', data: { project_id: params.projectId, key: params.key, value: body } }, meta);
+        return { body: { success: true }, position: result.position };
+      },
+    }),
+    route({
+      method: 'DELETE', path: '/projects/:projectId/config/:key', operationId: 'deleteProjectConfigValue', tag: 'Project configuration',
+      auth: ['key'], scope: 'config:write', summary: 'Delete a configuration value',
+      params: ConfigKeyParams,
+      responses: { 204: { description: 'deleted (empty body)' } },
+      errors: [400, 401, 403, 404],
+      async handler({ params, principal, meta }) {
+        await requireProject(deps, principal, params.projectId);
+        const result = await deps.bus.handle(configStream(params.projectId), configDecider,
+          { type: 'DeleteConfigValue', data: { project_id: params.projectId, key: params.key } }, meta);
+        return { status: 204, position: result.position };
+      },
+    }),
+  ];
+}

@@ -1,0 +1,28 @@
+import type { CommandBus } from '../../commands/bus.js';
+import type { EventStore } from '../../infra/eventstore/port.js';
+import type { ReadStore } from '../../infra/readstore/port.js';
+import type { ProjectDoc } from '../../projections/projects/projection.js';
+import { notFound } from '../http/problem.js';
+import type { Principal } from '../http/routes.js';
+
+/** What platform route handlers get: the command side, the read side, and a way to wait for a read model. */
+export interface PlatformDeps {
+  bus: CommandBus;
+  events: EventStore;
+  reads: ReadStore;
+  /** Waits until the named projection has applied `position` (used where a command must be visible at once, e.g. key revocation). */
+  waitFor(projection: string, position: number): Promise<void>;
+}
+
+/**
+ * Project isolation, in one place: a key reaches only its own project, a session only its tenant's
+ * projects. Anything else is "not found", so ids of other projects cannot be probed.
+ */
+export async function requireProject(deps: PlatformDeps, principal: Principal, projectId: string): Promise<ProjectDoc> {
+  if (principal.kind === 'key' && principal.project_id !== projectId) throw notFound('project not found');
+  const project = await deps.reads.get<ProjectDoc>('projects', projectId);
+  if (!project) throw notFound('project not found');
+  if (principal.kind === 'session' && project.tenant_id !== principal.tenant_id) throw notFound('project not found');
+  if (principal.kind === 'key' && project.tenant_id !== principal.tenant_id) throw notFound('project not found');
+  return project;
+}

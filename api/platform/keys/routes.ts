@@ -1,0 +1,89 @@
+import Type from 'typebox';
+import { v5 as uuidv5 } from 'uuid';
+import { randomUUID } from 'node:crypto';
+import { apiKeyDecider, apiKeyStream } from '../../../domain/apikeys/decider.js';
+import type { ApiKeyDoc } from '../../../projections/apikeys/projection.js';
+import { ProblemError } from '../../http/problem.js';
+import { route, type RouteDef } from '../../http/routes.js';
+import { check } from '../../http/validation.js';
+import { Success } from '../../shared/schemas.js';
+import { requireProject, type PlatformDeps } from '../context.js';
+import { generateApiKey } from './keygen.js';
+import { ApiKeyCreated, ApiKeyItem, CreateApiKeyBody, KeyParams, ProjectKeyParams } from './schemas.js';
+
+const KEY_ID_NAMESPACE = '0b7e6c1a-52f4-4e0e-8d3b-7a9c2e4f6d10';
+
+const item = (k: ApiKeyDoc): ApiKeyItem => ({
+  key_id: k.key_id, key_prefix: k.key_prefix, name: k.name, project_id: k.project_id, tenant_id: k.tenant_id,
+  scopes: k.scopes, is_active: k.is_active, is_admin_managed: k.is_admin_managed, created_at: k.created_at,
+  created_by: k.created_by, expires_at: k.expires_at, last_used_at: k.last_used_at,
+});
+
+export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
+  return [
+    route({
+      method: 'POST', path: '/projects/:projectId/keys', operationId: 'createApiKey', tag: 'API keys', auth: ['session'],
+      summary: 'Create a project API key',
+      description: 'Returns the full key once. Only its SHA-256 hash is stored. The key works as soon as this response is sent.',
+      params: ProjectKeyParams, body: CreateApiKeyBody,
+      responses: { 200: { description: 'the new key, including `key`', schema: ApiKeyCreated } },
+      errors: [400, 401, 403, 404, 409],
+      async handler({ params, body, principal, meta }) {
+        const project = await requireProject(deps, principal, params.projectId);
+        const expiresAt = body.expires_at ?? null;
+        check(expiresAt !== null && Date.parse(expiresAt) <= clock().getTime()
+          ? { location: 'body.expires_at', message: 'must be in the future', value: expiresAt } : undefined);
+        // With an Idempotency-Key the retried request targets the same key stream; its secret cannot be
+        // shown twice, so a replay answers 409 rather than handing out a key that was never stored.
+        const keyId = meta.request_key.startsWith('idem:') ? uuidv5(`${project.project_id}/${meta.request_key}`, KEY_ID_NAMESPACE) : randomUUID();
+        const { key, prefix, hash } = generateApiKey();
+        const data = {
+          key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name?.trim() || 'default',
+          key_prefix: prefix, key_hash: hash, scopes: body.scopes ?? ['*'], expires_at: expiresAt ? new Date(expiresAt).toISOString() : null,
+        };
+        const result = await deps.bus.handle(apiKeyStream(keyId), apiKeyDecider, { type: 'CreateApiKey', data }, meta);
+        if (result.events.length === 0) throw new ProblemError(409, 'idempotency-replay', 'this Idempotency-Key already created a key; its secret cannot be shown again');
+        await deps.waitFor('api-keys', result.position);
+        const created = result.events[0]!.data as { created_at: string; created_by: string };
+        const { key_hash: _hash, ...shown } = data;
+        return {
+          body: { ...shown, is_active: true, created_at: created.created_at, created_by: created.created_by, key },
+          position: result.position,
+        };
+      },
+    }),
+    route({
+      method: 'GET', path: '/projects/:projectId/keys', operationId: 'listApiKeys', tag: 'API keys', auth: ['session'],
+      summary: 'List a project\'s API keys (never the keys themselves)',
+      params: ProjectKeyParams, readModels: ['api-keys'],
+      responses: { 200: { description: 'keys, newest first', schema: Type.Array(ApiKeyItem) } },
+      errors: [400, 401, 403, 404, 503],
+      async handler({ params, principal }) {
+        await requireProject(deps, principal, params.projectId);
+        const keys: ApiKeyItem[] = [];
+        for (let cursor: string | undefined; ;) {
+          const page = await deps.reads.find<ApiKeyDoc>('api_keys', { where: { project_id: params.projectId }, sort: { field: 'created_at', order: 'desc' }, limit: 500, cursor });
+          keys.push(...page.items.map(item));
+          if (!page.next_cursor) break;
+          cursor = page.next_cursor;
+        }
+        return { body: keys };
+      },
+    }),
+    route({
+      method: 'DELETE', path: '/projects/:projectId/keys/:keyId', operationId: 'revokeApiKey', tag: 'API keys', auth: ['session'],
+      summary: 'Revoke an API key',
+      description: 'The key stops working before this response is sent. Revoking an already revoked key succeeds.',
+      params: KeyParams,
+      responses: { 200: { description: 'revoked', schema: Success } },
+      errors: [400, 401, 403, 404],
+      async handler({ params, principal, meta }) {
+        await requireProject(deps, principal, params.projectId);
+        const result = await deps.bus.handle(apiKeyStream(params.keyId), apiKeyDecider,
+          { type: 'RevokeApiKey', data: { key_id: params.keyId, project_id: params.projectId } }, meta);
+        await deps.waitFor('api-keys', result.position);
+        return { body: { success: true }, position: result.position };
+      },
+    }),
+  ];
+}

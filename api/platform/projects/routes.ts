@@ -1,0 +1,60 @@
+import { randomUUID } from 'node:crypto';
+import { v5 as uuidv5 } from 'uuid';
+import { projectDecider, projectStream } from '../../../domain/projects/decider.js';
+import type { ProjectDoc } from '../../../projections/projects/projection.js';
+import { check, nonBlank } from '../../http/validation.js';
+import { route, type RouteDef } from '../../http/routes.js';
+import type { PlatformDeps } from '../context.js';
+import { CreateProjectBody, ProjectList, ProjectView } from './schemas.js';
+
+const PROJECT_ID_NAMESPACE = 'a3f9b1c2-6d4e-4f8a-9b0c-1d2e3f4a5b6c';
+
+const view = (p: ProjectDoc): ProjectView => ({
+  project_id: p.project_id, tenant_id: p.tenant_id, name: p.name, created_at: p.created_at, created_by: p.created_by,
+});
+
+export function projectRoutes(deps: PlatformDeps): RouteDef[] {
+  return [
+    route({
+      method: 'GET', path: '/projects', operationId: 'listProjects', tag: 'Projects', auth: ['session', 'key'],
+      summary: 'List projects',
+      description: 'A dashboard session lists its tenant\'s projects; an API key lists only its own project.',
+      readModels: ['projects'],
+      responses: { 200: { description: 'projects, oldest first', schema: ProjectList } },
+      errors: [400, 401, 403, 503],
+      async handler({ principal }) {
+        if (principal.kind === 'key') {
+          const own = await deps.reads.get<ProjectDoc>('projects', principal.project_id);
+          return { body: { projects: own ? [view(own)] : [] } };
+        }
+        const tenant = principal.kind === 'session' ? principal.tenant_id : '';
+        const projects: ProjectView[] = [];
+        for (let cursor: string | undefined; ;) {
+          const page = await deps.reads.find<ProjectDoc>('projects', { where: { tenant_id: tenant }, sort: { field: 'created_at', order: 'asc' }, limit: 500, cursor });
+          projects.push(...page.items.map(view));
+          if (!page.next_cursor) break;
+          cursor = page.next_cursor;
+        }
+        return { body: { projects } };
+      },
+    }),
+    route({
+      method: 'POST', path: '/projects', operationId: 'createProject', tag: 'Projects', auth: ['session'],
+      summary: 'Create a project (extension)',
+      description: 'Creates a project owned by the session\'s tenant. With an Idempotency-Key, a repeated request returns the same project.',
+      body: CreateProjectBody,
+      responses: { 200: { description: 'the created project', schema: ProjectView } },
+      errors: [400, 401, 403, 409],
+      async handler({ body, principal, meta }) {
+        check(nonBlank('body.name', body.name));
+        if (principal.kind !== 'session') throw new Error('unreachable');
+        const projectId = meta.request_key.startsWith('idem:') ? uuidv5(`${principal.tenant_id}/${meta.request_key}`, PROJECT_ID_NAMESPACE) : randomUUID();
+        const result = await deps.bus.handle(projectStream(projectId), projectDecider,
+          { type: 'CreateProject', data: { project_id: projectId, tenant_id: principal.tenant_id, name: body.name.trim() } }, meta);
+        await deps.waitFor('projects', result.position);
+        const doc = await deps.reads.get<ProjectDoc>('projects', projectId);
+        return { body: doc ? view(doc) : undefined, position: result.position };
+      },
+    }),
+  ];
+}

@@ -1,0 +1,73 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SignJWT } from 'jose';
+import { startCairn, type Cairn } from '../../api/app.js';
+import { loadConfig } from '../../infra/config.js';
+import { createLogger } from '../../infra/logger.js';
+
+export const TEST_JWT_SECRET = 'test-secret-for-hs256-at-least-32-bytes!';
+
+export interface TestCairn extends Cairn {
+  dataDir: string;
+  /** fetch against the platform app: path relative to /api/v1 unless it starts with '/docs' or '/healthz'. */
+  platform(path: string, init?: RequestInit & { json?: unknown }): Promise<Response>;
+  memory(path: string, init?: RequestInit & { json?: unknown }): Promise<Response>;
+  stop(options?: { keepData?: boolean }): Promise<void>;
+}
+
+/**
+ * Starts the real app (both Koa servers on ephemeral ports, embedded stores in a temp DATA_DIR).
+ * `env` overrides environment settings, e.g. { MEMORY_OWNER_TOKEN: 'x' } or LLM_BASE_URL.
+ */
+export async function startTestCairn(env: Record<string, string> = {}, options: { dataDir?: string; clock?: () => Date } = {}): Promise<TestCairn> {
+  const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'cairn-test-'));
+  const config = loadConfig({
+    AUTH_JWT_SECRET: TEST_JWT_SECRET,
+    ...env,
+    DATA_DIR: dataDir,
+    PORT: '0',
+    MEMORY_PORT: '0',
+    HOST: '127.0.0.1',
+  });
+  const cairn = await startCairn({ config, log: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), clock: options.clock });
+  const call = (base: string) => (path: string, init: RequestInit & { json?: unknown } = {}) => {
+    const { json, ...rest } = init;
+    const headers = new Headers(rest.headers);
+    if (json !== undefined) headers.set('Content-Type', 'application/json');
+    return fetch(base + path, { ...rest, headers, body: json !== undefined ? JSON.stringify(json) : rest.body });
+  };
+  return {
+    ...cairn,
+    dataDir,
+    platform: (path, init) => call(cairn.platformUrl)(/^\/(docs|healthz)/.test(path) ? path : `/api/v1${path}`, init),
+    memory: call(cairn.memoryUrl),
+    async stop({ keepData = false } = {}) {
+      await cairn.close();
+      if (!keepData && !options.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export async function sessionToken(claims: { sub?: string; tenant_id?: string } = {}, options: { expiresIn?: string; secret?: string; alg?: string } = {}): Promise<string> {
+  return new SignJWT({ tenant_id: claims.tenant_id ?? 'tenant-a' })
+    .setProtectedHeader({ alg: options.alg ?? 'HS256' })
+    .setSubject(claims.sub ?? 'user-1')
+    .setIssuedAt()
+    .setExpirationTime(options.expiresIn ?? '10m')
+    .sign(new TextEncoder().encode(options.secret ?? TEST_JWT_SECRET));
+}
+
+export const bearer = (token: string) => ({ Authorization: `Bearer ${token}` });
+
+/** Creates a project through the API with a session of `tenant`, then a key for it; returns both. */
+export async function projectWithKey(app: TestCairn, tenant = 'tenant-a', scopes?: string[]): Promise<{ projectId: string; key: string; keyId: string; session: string }> {
+  const session = await sessionToken({ tenant_id: tenant });
+  const project = await app.platform('/projects', { method: 'POST', headers: bearer(session), json: { name: `project of ${tenant}` } });
+  if (project.status !== 200) throw new Error(`create project: ${project.status} ${await project.text()}`);
+  const { project_id } = (await project.json()) as { project_id: string };
+  const created = await app.platform(`/projects/${project_id}/keys`, { method: 'POST', headers: bearer(session), json: scopes ? { scopes } : {} });
+  if (created.status !== 200) throw new Error(`create key: ${created.status} ${await created.text()}`);
+  const { key, key_id } = (await created.json()) as { key: string; key_id: string };
+  return { projectId: project_id, key, keyId: key_id, session };
+}
