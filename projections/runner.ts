@@ -76,7 +76,12 @@ export class ProjectionRunner {
 
   /** One subscription from the current checkpoint; returns when the checkpoint moved elsewhere. */
   private async follow(): Promise<void> {
-    const iterator = this.events.subscribeToAll(this.position, { signal: this.abort.signal })[Symbol.asyncIterator]();
+    // Each subscription has its own signal: ending it releases a pending next(), so return() below is
+    // not queued behind a wait for the next append (which would leave us one event late after a swap).
+    const local = new AbortController();
+    const stop = () => local.abort();
+    this.abort.signal.addEventListener('abort', stop, { once: true });
+    const iterator = this.events.subscribeToAll(this.position, { signal: local.signal })[Symbol.asyncIterator]();
     try {
       let pending: Promise<IteratorResult<RecordedEvent>> | undefined;
       for (;;) {
@@ -106,6 +111,8 @@ export class ProjectionRunner {
         if (ended) return;
       }
     } finally {
+      local.abort();
+      this.abort.signal.removeEventListener('abort', stop);
       await iterator.return?.();
     }
   }

@@ -6,7 +6,7 @@ import type { ReadStore } from '../../infra/readstore/port.js';
 import type { ApiKeyDoc } from '../../projections/apikeys/projection.js';
 import { unauthorized } from '../http/problem.js';
 import type { AuthKind, Principal } from '../http/routes.js';
-import { hashApiKey, isWellFormedApiKey } from './keys/keygen.js';
+import { hashApiKey, isWellFormedApiKey } from '../../infra/apikeys.js';
 
 export interface KeyUse { key_id: string; project_id: string }
 

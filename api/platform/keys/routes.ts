@@ -8,7 +8,7 @@ import { route, type RouteDef } from '../../http/routes.js';
 import { check } from '../../http/validation.js';
 import { Success } from '../../shared/schemas.js';
 import { requireProject, type PlatformDeps } from '../context.js';
-import { generateApiKey } from './keygen.js';
+import { generateApiKey } from '../../../infra/apikeys.js';
 import { ApiKeyCreated, ApiKeyItem, CreateApiKeyBody, KeyParams, ProjectKeyParams } from './schemas.js';
 
 const KEY_ID_NAMESPACE = '0b7e6c1a-52f4-4e0e-8d3b-7a9c2e4f6d10';

@@ -1,0 +1,36 @@
+#!/usr/bin/env node
+/**
+ * The operator CLI: `npm run ops -- <command>`. Uses the same stores as the server (DATA_DIR,
+ * EVENTSTORE_URL, MONGODB_URL); the embedded files may be open in the server at the same time.
+ */
+import { Command, CommanderError } from 'commander';
+import { eventCommands } from './events.js';
+import { keyCommands } from './keys.js';
+import { projectCommands } from './projects.js';
+import { projectionCommands } from './projections.js';
+import { streamCommands } from './streams.js';
+
+const program = new Command('ops')
+  .description('Cairn operator tools: inspect the event log and read models, rebuild projections, bootstrap projects and keys')
+  .showHelpAfterError('(add --help for usage)')
+  .exitOverride();
+
+streamCommands(program);
+eventCommands(program);
+projectionCommands(program);
+projectCommands(program);
+keyCommands(program);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (error) {
+  if (error instanceof CommanderError) {
+    // Commander already printed its message (or the help/version it was asked for).
+    process.exitCode = error.exitCode;
+  } else {
+    process.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exitCode = 1;
+  }
+}
+// Stores are closed by now; don't let a stray handle (a driver's timer) keep the process alive.
+setTimeout(() => process.exit(), 2000).unref();

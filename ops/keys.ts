@@ -1,0 +1,46 @@
+import { randomUUID } from 'node:crypto';
+import { InvalidArgumentError, type Command } from 'commander';
+import { generateApiKey } from '../infra/apikeys.js';
+import { CommandBus } from '../commands/bus.js';
+import { apiKeyDecider, apiKeyStream } from '../domain/apikeys/decider.js';
+import { notice, printJson } from './output.js';
+import { loadProject } from './projects.js';
+import { commaList, OpsError, opsRequestMeta, withStores } from './runtime.js';
+
+function futureInstant(raw: string): string {
+  const time = Date.parse(raw);
+  if (Number.isNaN(time)) throw new InvalidArgumentError('expected an ISO 8601 date-time');
+  if (time <= Date.now()) throw new InvalidArgumentError('must be in the future');
+  return new Date(time).toISOString();
+}
+
+export function keyCommands(program: Command): void {
+  program.command('keys').description('API keys')
+    .command('create').description('create a bootstrap API key for a project; the key is printed once and never stored')
+    .requiredOption('--project <id>', 'project id')
+    .option('--name <name>', 'display name', 'bootstrap')
+    .option('--scopes <a,b>', 'scopes (comma-separated; * = every scope)', commaList)
+    .option('--expires-at <iso>', 'expiry date-time (default: never)', futureInstant)
+    .option('--json', 'print JSON (includes the key)')
+    .action(async (opts: { project: string; name: string; scopes?: string[]; expiresAt?: string; json?: boolean }) =>
+      withStores(async ({ events }) => {
+        if (opts.scopes?.length === 0) throw new OpsError('--scopes must name at least one scope');
+        const project = await loadProject(events, opts.project);
+        const keyId = randomUUID();
+        const { key, prefix, hash } = generateApiKey();
+        const data = {
+          key_id: keyId, project_id: opts.project, tenant_id: project.tenant_id, name: opts.name,
+          key_prefix: prefix, key_hash: hash, scopes: opts.scopes ?? ['*'], expires_at: opts.expiresAt ?? null,
+        };
+        const result = await new CommandBus(events).handle(apiKeyStream(keyId), apiKeyDecider, { type: 'CreateApiKey', data },
+          opsRequestMeta({ project_id: opts.project, tenant_id: project.tenant_id }));
+        // The key goes to stdout once and nowhere else: the log holds only its hash.
+        if (opts.json) {
+          printJson({ key, key_id: keyId, project_id: data.project_id, key_prefix: prefix, scopes: data.scopes, expires_at: data.expires_at, position: result.position });
+        } else {
+          process.stdout.write(`${key}\n`);
+          notice(`key ${keyId} created for project ${opts.project} (scopes ${data.scopes.join(',')}, position ${result.position})`);
+        }
+        notice('warning: this key is not stored and cannot be shown again; keep it now.');
+      }));
+}

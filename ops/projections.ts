@@ -1,0 +1,59 @@
+import { SingleBar } from 'cli-progress';
+import type { Command } from 'commander';
+import { platformProjections } from '../projections/index.js';
+import type { Projection } from '../projections/projection.js';
+import { rebuildProjection } from '../projections/rebuild.js';
+import { projectionStatus } from '../projections/runner.js';
+import { printJson, printTable } from './output.js';
+import { OpsError, withStores } from './runtime.js';
+
+/** The projections the CLI knows are the server's: one list. */
+const known: readonly Projection[] = platformProjections;
+
+function findProjection(name: string): Projection {
+  const projection = known.find((p) => p.name === name);
+  if (!projection) throw new OpsError(`unknown projection "${name}"; valid names: ${known.map((p) => p.name).join(', ')}`);
+  return projection;
+}
+
+export function projectionCommands(program: Command): void {
+  const projections = program.command('projections').description('read models: checkpoints, lag, rebuilds');
+
+  projections.command('status').description('checkpoint, head and lag of every projection')
+    .option('--json', 'print JSON')
+    .action(async (opts: { json?: boolean }) => withStores(async ({ events, reads }) => {
+      // So that projections that never ran are listed too, with lag = head.
+      for (const p of known) await reads.register(p.name, p.collections);
+      const statuses = await projectionStatus(events, reads);
+      const rows = await Promise.all(statuses.map(async (s) => {
+        const rebuild = await reads.rebuildCheckpoint(s.projection);
+        return { ...s, rebuilding: rebuild ? { position: rebuild.position, generation: rebuild.generation } : null };
+      }));
+      if (opts.json) return printJson(rows);
+      printTable(rows.map((r) => ({ ...r, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position}` })),
+        ['projection', 'position', 'head', 'lag', 'generation', 'updated_at', 'rebuilding']);
+    }));
+
+  projections.command('rebuild').description('rebuild a read model from position 0 beside the live one, then swap it in')
+    .argument('<name>', `projection name: ${known.map((p) => p.name).join(', ')}`)
+    .option('--json', 'print the new checkpoint as JSON (no progress bar)')
+    .action(async (name: string, opts: { json?: boolean }) => {
+      const projection = findProjection(name);
+      await withStores(async ({ events, reads }) => {
+        const bar = !opts.json && process.stderr.isTTY
+          ? new SingleBar({ stream: process.stderr, format: `${name} [{bar}] {value}/{total} positions | {applied} events applied | {eta_formatted}` })
+          : undefined;
+        let applied = 0;
+        const started = Date.now();
+        bar?.start(0, 0, { applied });
+        const checkpoint = await rebuildProjection(events, reads, projection, (p) => {
+          applied = p.applied;
+          bar?.setTotal(p.head);
+          bar?.update(p.position, { applied });
+        }).finally(() => bar?.stop());
+        if (opts.json) return printJson({ ...checkpoint, applied });
+        process.stdout.write(`rebuilt ${name}: generation ${checkpoint.generation} is live at position ${checkpoint.position} `
+          + `(${applied} events applied in ${((Date.now() - started) / 1000).toFixed(1)} s)\n`);
+      });
+    });
+}

@@ -1,0 +1,58 @@
+import { randomUUID } from 'node:crypto';
+import { InvalidArgumentError } from 'commander';
+import type { RequestMeta } from '../commands/bus.js';
+import { loadConfig } from '../infra/config.js';
+import type { EventStore } from '../infra/eventstore/port.js';
+import type { ReadStore } from '../infra/readstore/port.js';
+import { openStores } from '../infra/stores.js';
+
+/** An operator mistake (unknown name, missing project…): printed as one line, exit code 1. */
+export class OpsError extends Error {
+  override readonly name = 'OpsError';
+}
+
+export interface Stores {
+  events: EventStore;
+  reads: ReadStore;
+}
+
+/** Opens the same stores as the server (DATA_DIR / EVENTSTORE_URL / MONGODB_URL) for one command, and closes them. */
+export async function withStores<T>(fn: (stores: Stores) => Promise<T>): Promise<T> {
+  const stores = await openStores(loadConfig());
+  try {
+    return await fn(stores);
+  } finally {
+    await Promise.allSettled([stores.events.close(), stores.reads.close()]);
+  }
+}
+
+/** Metadata of one operator command: a fresh request id serves as correlation, causation and idempotency key. */
+export function opsRequestMeta(scope: { project_id?: string; tenant_id?: string } = {}): RequestMeta {
+  const requestId = randomUUID();
+  return {
+    correlation_id: requestId,
+    causation_id: requestId,
+    actor: 'ops',
+    ...scope,
+    request_key: requestId,
+    sequence: { next: 0 },
+  };
+}
+
+/** Option parser for counts and positions. */
+export function nonNegativeInt(raw: string): number {
+  const value = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value)) throw new InvalidArgumentError('expected a non-negative integer');
+  return value;
+}
+
+export function positiveInt(raw: string): number {
+  const value = nonNegativeInt(raw);
+  if (value === 0) throw new InvalidArgumentError('expected a positive integer');
+  return value;
+}
+
+/** Option parser for `a,b` lists; repeated options add up. */
+export function commaList(raw: string, previous: string[] = []): string[] {
+  return [...previous, ...raw.split(',').map((s) => s.trim()).filter(Boolean)];
+}

@@ -1,0 +1,49 @@
+import type { Command } from 'commander';
+import type { RecordedEvent } from '../infra/eventstore/port.js';
+import { notice, printJson, printTable } from './output.js';
+import { nonNegativeInt, OpsError, positiveInt, withStores } from './runtime.js';
+
+/** What operators see of an event: the envelope, who caused it, and the data. */
+export function eventView(e: RecordedEvent) {
+  return {
+    position: e.position,
+    stream: e.stream,
+    revision: e.revision,
+    type: e.type,
+    recorded_at: e.recorded_at,
+    correlation_id: e.metadata.correlation_id,
+    actor: e.metadata.actor,
+    data: e.data,
+  };
+}
+
+export function streamCommands(program: Command): void {
+  program.command('streams').description('inspect the streams of the event log')
+    .command('list').description('list streams in name order')
+    .option('--prefix <prefix>', 'only streams whose name starts with this (a category, e.g. project-)')
+    .option('--limit <n>', 'at most this many streams', positiveInt, 100)
+    .option('--after <name>', 'start after this stream name (the last name of the previous page)')
+    .option('--json', 'print JSON')
+    .action(async (opts: { prefix?: string; limit: number; after?: string; json?: boolean }) => withStores(async ({ events }) => {
+      const streams = await events.listStreams({ prefix: opts.prefix, limit: opts.limit, after: opts.after });
+      if (opts.json) return printJson(streams);
+      printTable(streams, ['stream', 'revision', 'event_count', 'last_position', 'updated_at']);
+      if (streams.length === opts.limit) notice(`more may follow: --after ${streams.at(-1)!.stream}`);
+    }));
+
+  program.command('stream').description('inspect one stream')
+    .command('show').description("print a stream's events in revision order")
+    .argument('<name>', 'stream name, e.g. project-<uuid>')
+    .option('--from <revision>', 'first revision to show', nonNegativeInt, 0)
+    .option('--limit <n>', 'at most this many events', positiveInt, 100)
+    .option('--json', 'print JSON')
+    .action(async (name: string, opts: { from: number; limit: number; json?: boolean }) => withStores(async ({ events }) => {
+      const info = await events.streamInfo(name);
+      if (!info) throw new OpsError(`stream ${name} not found`);
+      const page = (await events.readStream(name, { fromRevision: opts.from, limit: opts.limit })).map(eventView);
+      if (opts.json) return printJson(page);
+      printTable(page, ['position', 'revision', 'type', 'recorded_at', 'correlation_id', 'actor', 'data']);
+      const last = page.at(-1)?.revision ?? opts.from - 1;
+      if (last < info.revision) notice(`${info.revision - last} more events: --from ${last + 1}`);
+    }));
+}

@@ -1,0 +1,60 @@
+import type { EventStore } from '../infra/eventstore/port.js';
+import type { CheckpointInfo, ReadStore } from '../infra/readstore/port.js';
+import type { Projection } from './projection.js';
+
+const BATCH = 1000;
+
+export interface RebuildProgress {
+  /** Log position the new generation has reached. */
+  position: number;
+  /** Last known head of the log (grows if events arrive during the rebuild). */
+  head: number;
+  /** Events this projection handled so far. */
+  applied: number;
+}
+
+export class RebuildSupersededError extends Error {
+  override readonly name = 'RebuildSupersededError';
+  constructor(readonly projection: string) {
+    super(`rebuild of ${projection} was superseded: another rebuild of it started meanwhile`);
+  }
+}
+
+/**
+ * Blue/green rebuild: writes a fresh generation from position 0 beside the live one, then swaps it in
+ * once it has caught up with the head. Queries keep reading the old generation until the swap; a live
+ * runner (in this process or another) sees its checkpoint moved and resumes from the new one.
+ */
+export async function rebuildProjection(
+  events: EventStore, reads: ReadStore, projection: Projection, onProgress?: (p: RebuildProgress) => void,
+): Promise<CheckpointInfo> {
+  const { name } = projection;
+  await reads.register(name, projection.collections);
+  const start = await reads.startRebuild(name);
+  const generation = start.generation;
+  let position = start.position;
+  let applied = 0;
+  let head = await events.headPosition();
+  onProgress?.({ position, head, applied });
+  for (;;) {
+    const batch = await events.readAll(position, { limit: BATCH });
+    if (batch.length === 0) break;
+    const last = batch[batch.length - 1]!.position;
+    const relevant = batch.filter((e) => projection.canHandle.includes(e.type));
+    if (relevant.length > 0) await projection.prepare?.(relevant);
+    const ok = await reads.applyBatch(name, { position, generation }, last, async (writer) => {
+      for (const event of relevant) await projection.apply(event, writer);
+    }, { rebuild: true });
+    // Only another startRebuild moves the rebuild slot: it dropped our generation.
+    if (!ok) throw new RebuildSupersededError(name);
+    if (relevant.length > 0) projection.afterCommit?.(relevant, generation);
+    position = last;
+    applied += relevant.length;
+    head = Math.max(head, position);
+    onProgress?.({ position, head, applied });
+  }
+  // Narrows (not closes) the window in which a rebuild started since our last batch would be swapped in instead.
+  const current = await reads.rebuildCheckpoint(name);
+  if (current?.generation !== generation) throw new RebuildSupersededError(name);
+  return reads.finishRebuild(name);
+}

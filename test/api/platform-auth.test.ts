@@ -1,0 +1,136 @@
+import t from 'tap';
+import { SignJWT, UnsecuredJWT } from 'jose';
+import { apiKeyStream } from '../../domain/apikeys/decider.js';
+import { bearer, projectWithKey, sessionToken, startTestCairn } from '../support/cairn.js';
+
+const KEY_SHAPE = /^sk_[0-9A-Za-z]{43}_[0-9A-Za-z]{6}$/;
+let now = Date.parse('2026-06-01T12:00:00Z');
+const app = await startTestCairn({}, { clock: () => new Date(now) });
+t.teardown(() => app.stop());
+
+t.test('sessions: only valid, signed, unexpired tokens with a tenant', async (t) => {
+  const list = (token: string) => app.platform('/projects', { headers: bearer(token) });
+  t.equal((await list(await sessionToken())).status, 200);
+  const none = new UnsecuredJWT({ tenant_id: 'tenant-a' }).setSubject('u').setExpirationTime('10m').encode();
+  t.equal((await list(none)).status, 401, 'alg none is rejected');
+  t.equal((await list(await sessionToken({}, { secret: 'another-secret-of-at-least-32-bytes!!' }))).status, 401, 'wrong signature');
+  const expired = await new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
+    .setExpirationTime(Math.floor(Date.now() / 1000) - 60).sign(new TextEncoder().encode('test-secret-for-hs256-at-least-32-bytes!'));
+  t.equal((await list(expired)).status, 401, 'expired');
+  const noTenant = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('u').setExpirationTime('5m')
+    .sign(new TextEncoder().encode('test-secret-for-hs256-at-least-32-bytes!'));
+  const res = await list(noTenant);
+  t.equal(res.status, 401, 'no tenant claim');
+  t.match(await res.json(), { detail: /tenant_id/ });
+  const missing = await app.platform('/projects');
+  t.equal(missing.status, 401);
+  t.equal(missing.headers.get('www-authenticate'), 'Bearer');
+  t.equal(missing.headers.get('content-type'), 'application/problem+json');
+});
+
+t.test('API keys: shape, shown once, stored as a hash, scoped, revocable, expiring', async (t) => {
+  const { projectId, key, keyId, session } = await projectWithKey(app, 'tenant-keys');
+  t.match(key, KEY_SHAPE);
+  const listed = await app.platform(`/projects/${projectId}/keys`, { headers: bearer(session) });
+  t.equal(listed.status, 200);
+  const items = (await listed.json()) as Array<Record<string, unknown>>;
+  t.equal(items.length, 1);
+  t.match(items[0], { key_id: keyId, key_prefix: key.slice(0, 11), project_id: projectId, tenant_id: 'tenant-keys', scopes: ['*'], is_active: true, is_admin_managed: false, expires_at: null });
+  t.notOk('key' in items[0]!, 'the key is never listed');
+  t.notOk('key_hash' in items[0]!, 'nor its hash');
+  const events = await app.events.readStream(apiKeyStream(keyId));
+  t.notOk(JSON.stringify(events).includes(key), 'the key is not in the log');
+  t.match(events[0]!.data, { key_hash: /^[0-9a-f]{64}$/ });
+
+  t.equal((await app.platform('/agents', { headers: bearer(key) })).status, 200, 'the key works at once');
+  t.equal((await app.platform('/agents', { headers: bearer(`${key.slice(0, -1)}${key.endsWith('A') ? 'B' : 'A'}`) })).status, 401, 'bad checksum');
+  t.equal((await app.platform('/agents', { headers: bearer('sk_short') })).status, 401, 'malformed');
+  t.equal((await app.platform(`/projects/${projectId}/keys`, { headers: bearer(key) })).status, 401, 'a key is not a session');
+  t.equal((await app.platform('/agents', { headers: bearer(session) })).status, 401, 'a session is not a key');
+
+  // last_used_at is recorded off the request path: wait for its event, then for the read model.
+  for (let i = 0; i < 100 && !(await app.events.readStream(apiKeyStream(keyId))).some((e) => e.type === 'ApiKeyUsed'); i++) {
+    await new Promise((r) => setImmediate(r));
+  }
+  const used = await app.platform(`/projects/${projectId}/keys`, { headers: { ...bearer(session), 'X-Min-Position': String(await app.events.headPosition()) } });
+  t.equal(((await used.json()) as Array<{ last_used_at: string }>)[0]!.last_used_at, new Date(now).toISOString());
+
+  const revoke = await app.platform(`/projects/${projectId}/keys/${keyId}`, { method: 'DELETE', headers: bearer(session) });
+  t.equal(revoke.status, 200);
+  t.same(await revoke.json(), { success: true });
+  t.ok(revoke.headers.get('x-event-position'));
+  const after = await app.platform('/agents', { headers: bearer(key) });
+  t.equal(after.status, 401, 'revoked keys stop working before the revocation response');
+  t.match(await after.json(), { detail: /revoked/ });
+  t.equal((await app.platform(`/projects/${projectId}/keys/${keyId}`, { method: 'DELETE', headers: bearer(session) })).status, 200, 'revoking again is fine');
+  t.equal((await app.platform(`/projects/${projectId}/keys/${crypto.randomUUID()}`, { method: 'DELETE', headers: bearer(session) })).status, 404);
+
+  const expiring = await app.platform(`/projects/${projectId}/keys`, {
+    method: 'POST', headers: bearer(session), json: { name: 'short', expires_at: new Date(now + 3600_000).toISOString() },
+  });
+  t.equal(expiring.status, 200);
+  const short = (await expiring.json()) as { key: string };
+  t.equal((await app.platform('/agents', { headers: bearer(short.key) })).status, 200);
+  now += 3600_000;
+  const expired = await app.platform('/agents', { headers: bearer(short.key) });
+  t.equal(expired.status, 401, 'a key stops working the moment it expires');
+  t.match(await expired.json(), { detail: /expired/ });
+
+  const past = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { expires_at: new Date(now - 1).toISOString() } });
+  t.equal(past.status, 400);
+  t.match(await past.json(), { errors: [{ location: 'body.expires_at' }] });
+  const badScope = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { scopes: ['root'] } });
+  t.equal(badScope.status, 400);
+  const unknown = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { admin: true } });
+  t.equal(unknown.status, 400);
+  t.match(await unknown.json(), { errors: [{ location: 'body', message: /unknown field: admin/ }] });
+});
+
+t.test('scopes limit what a key may do', async (t) => {
+  const { key } = await projectWithKey(app, 'tenant-scopes', ['agents:read']);
+  t.equal((await app.platform('/agents', { headers: bearer(key) })).status, 200);
+  const denied = await app.platform('/agents', { method: 'POST', headers: bearer(key), json: { name: 'Nope' } });
+  t.equal(denied.status, 403);
+  t.match(await denied.json(), { type: /insufficient-scope/, detail: /agents:write/ });
+});
+
+t.test('tenants and projects are isolated', async (t) => {
+  const a = await projectWithKey(app, 'tenant-iso-a');
+  const b = await projectWithKey(app, 'tenant-iso-b');
+  const listA = (await (await app.platform('/projects', { headers: bearer(a.session) })).json()) as { projects: Array<{ project_id: string }> };
+  t.same(listA.projects.map((p) => p.project_id), [a.projectId], 'a session lists only its tenant\'s projects');
+  const viaKey = (await (await app.platform('/projects', { headers: bearer(b.key) })).json()) as { projects: Array<{ project_id: string }> };
+  t.same(viaKey.projects.map((p) => p.project_id), [b.projectId], 'a key lists only its project');
+  t.equal((await app.platform(`/projects/${a.projectId}/keys`, { headers: bearer(b.session) })).status, 404, 'other tenant\'s keys: 404');
+  t.equal((await app.platform(`/projects/${a.projectId}/keys`, { method: 'POST', headers: bearer(b.session), json: {} })).status, 404);
+  t.equal((await app.platform(`/projects/${a.projectId}/keys/${a.keyId}`, { method: 'DELETE', headers: bearer(b.session) })).status, 404);
+  t.equal((await app.platform('/agents', { headers: bearer(a.key) })).status, 200, 'a\'s key still works after b\'s attempts');
+});
+
+t.test('browser requests are refused, backend fetch is not', async (t) => {
+  const { key } = await projectWithKey(app, 'tenant-browser');
+  t.equal((await app.platform('/agents', { headers: bearer(key) })).status, 200, 'Node fetch (Sec-Fetch-Mode: cors, no Sec-Fetch-Site) passes');
+  const browserHeaders: Array<Record<string, string>> = [{ Origin: 'https://evil.example' }, { 'Sec-Fetch-Site': 'cross-site' }, { 'Sec-Fetch-Site': 'same-site' }, { 'Sec-Fetch-Site': 'same-origin', 'Sec-Fetch-Mode': 'cors' }];
+  for (const headers of browserHeaders) {
+    const res = await app.platform('/agents', { headers: { ...bearer(key), ...headers } });
+    t.equal(res.status, 403, JSON.stringify(headers));
+    t.equal(res.headers.get('content-type'), 'application/problem+json');
+  }
+  t.equal((await app.platform('/healthz', { headers: { Origin: 'https://x.example' } })).status, 403, 'also on public routes');
+});
+
+t.test('project creation', async (t) => {
+  const session = await sessionToken({ tenant_id: 'tenant-create' });
+  const blank = await app.platform('/projects', { method: 'POST', headers: bearer(session), json: { name: '   ' } });
+  t.equal(blank.status, 400);
+  const long = await app.platform('/projects', { method: 'POST', headers: bearer(session), json: { name: 'x'.repeat(201) } });
+  t.equal(long.status, 400);
+  const edge = await app.platform('/projects', { method: 'POST', headers: bearer(session), json: { name: 'x'.repeat(200) } });
+  t.equal(edge.status, 200);
+  const headers = { ...bearer(session), 'Idempotency-Key': 'create-project-0001' };
+  const first = (await (await app.platform('/projects', { method: 'POST', headers, json: { name: 'Once' } })).json()) as { project_id: string };
+  const again = (await (await app.platform('/projects', { method: 'POST', headers, json: { name: 'Once' } })).json()) as { project_id: string };
+  t.equal(again.project_id, first.project_id, 'same Idempotency-Key, same project');
+  const other = await app.platform('/projects', { method: 'POST', headers, json: { name: 'Different' } });
+  t.equal(other.status, 422, 'same key, different request');
+});

@@ -1,0 +1,98 @@
+import t from 'tap';
+import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
+
+const app = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '300' });
+t.teardown(() => app.stop());
+const { projectId, key } = await projectWithKey(app);
+const other = await projectWithKey(app, 'tenant-b');
+const auth = bearer(key);
+const path = (k = '') => `/projects/${projectId}/config${k ? `/${k}` : ''}`;
+
+async function put(k: string, value: unknown) {
+  const res = await app.platform(path(k), { method: 'PUT', headers: auth, json: value });
+  return { res, position: res.headers.get('x-event-position') };
+}
+
+t.test('any JSON value round-trips, read-your-writes through X-Min-Position', async (t) => {
+  const values: Array<[string, unknown]> = [['str', 'abc'], ['num', 42.5], ['nul', null], ['bool', false], ['obj', { a: [1, { b: 'c' }] }], ['arr', [1, 2]]];
+  let last = '';
+  for (const [k, v] of values) {
+    const { res, position } = await put(k, v);
+    t.equal(res.status, 200);
+    t.same(await res.json(), { success: true });
+    t.match(position, /^\d+$/);
+    last = position!;
+    const got = await app.platform(path(k), { headers: { ...auth, 'X-Min-Position': position! } });
+    t.equal(got.status, 200);
+    t.equal(got.headers.get('content-type'), 'application/json; charset=utf-8');
+    t.same(await got.json(), v, `${k} round-trips`);
+  }
+  const all = await app.platform(`${path()}?min_position=${last}`, { headers: auth });
+  t.same(await all.json(), Object.fromEntries(values));
+});
+
+t.test('delete', async (t) => {
+  const { position } = await put('gone', 1);
+  const del = await app.platform(path('gone'), { method: 'DELETE', headers: auth });
+  t.equal(del.status, 204);
+  t.equal(await del.text(), '');
+  const pos = del.headers.get('x-event-position')!;
+  t.ok(Number(pos) > Number(position));
+  t.equal((await app.platform(path('gone'), { headers: { ...auth, 'X-Min-Position': pos } })).status, 404);
+  const again = await app.platform(path('gone'), { method: 'DELETE', headers: auth });
+  t.equal(again.status, 404);
+  t.equal(again.headers.get('content-type'), 'application/problem+json');
+});
+
+t.test('keys: 256 characters of the allowed set', async (t) => {
+  t.equal((await put('k'.repeat(256), 1)).res.status, 200);
+  const long = await put('k'.repeat(257), 1);
+  t.equal(long.res.status, 400);
+  t.match(await long.res.json(), { title: 'Bad Request', errors: [{ location: 'path.key' }] });
+  t.equal((await put('a%20b', 1)).res.status, 400, 'space is not allowed');
+  t.equal((await put('app.theme:dark-mode_v2', 1)).res.status, 200);
+});
+
+t.test('bodies: JSON only, 1 MiB, one value', async (t) => {
+  const raw = (body: string, type = 'application/json') => app.platform(path('raw'), { method: 'PUT', headers: { ...auth, 'Content-Type': type }, body });
+  // A JSON string whose encoding is exactly 1 MiB, then one byte more.
+  const exact = JSON.stringify('x'.repeat(1024 * 1024 - 2));
+  t.equal(Buffer.byteLength(exact), 1024 * 1024);
+  t.equal((await raw(exact)).status, 200, 'exactly 1 MiB is accepted');
+  const over = await raw(JSON.stringify('x'.repeat(1024 * 1024 - 1)));
+  t.equal(over.status, 400, 'one byte more is not');
+  t.match(await over.json(), { detail: /exceeds 1048576 bytes/ });
+  const malformed = await raw('{"a": ');
+  t.equal(malformed.status, 400);
+  t.match(await malformed.json(), { detail: /malformed JSON/ });
+  t.equal((await raw('{"a":1}{"b":2}')).status, 400, 'trailing JSON');
+  t.equal((await raw('1 2')).status, 400, 'two values');
+  t.equal((await raw('')).status, 400, 'empty body');
+  const text = await raw('"x"', 'text/plain');
+  t.equal(text.status, 400);
+  t.match(await text.json(), { errors: [{ location: 'header.Content-Type' }] });
+  t.equal((await raw('"x"', 'application/merge-patch+json')).status, 200, '+json types are JSON');
+});
+
+t.test('another project\'s key sees nothing', async (t) => {
+  await put('secret', 's');
+  const as = bearer(other.key);
+  t.equal((await app.platform(path(), { headers: as })).status, 404);
+  t.equal((await app.platform(path('secret'), { headers: as })).status, 404);
+  t.equal((await app.platform(path('secret'), { method: 'PUT', headers: as, json: 'x' })).status, 404);
+  t.equal((await app.platform(path('secret'), { method: 'DELETE', headers: as })).status, 404);
+  t.same(await (await app.platform(`/projects/${other.projectId}/config`, { headers: as })).json(), {}, 'its own config is empty');
+  t.equal((await app.platform(`/projects/not-a-uuid/config`, { headers: as })).status, 400);
+});
+
+t.test('consistency tokens', async (t) => {
+  const bad = await app.platform(path(), { headers: { ...auth, 'X-Min-Position': 'abc' } });
+  t.equal(bad.status, 400);
+  const head = await app.events.headPosition();
+  const started = Date.now();
+  const future = await app.platform(path(), { headers: { ...auth, 'X-Min-Position': String(head + 1000) } });
+  t.equal(future.status, 503, 'a position the read model cannot reach in time');
+  t.equal(future.headers.get('retry-after'), '1');
+  t.ok(Date.now() - started >= 250, 'it waited (bounded by CONSISTENCY_TIMEOUT_MS)');
+  t.equal((await app.platform(path(), { headers: { ...auth, 'X-Min-Position': String(head) } })).status, 200);
+});

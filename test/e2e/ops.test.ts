@@ -1,0 +1,196 @@
+import { spawn } from 'node:child_process';
+import { createHash, randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
+import { platformProjections } from '../../projections/index.js';
+import { projectsProjection } from '../../projections/projects/projection.js';
+import { ProjectionRunner } from '../../projections/runner.js';
+
+/** Runs the real CLI as operators do, against embedded stores in a temp DATA_DIR. */
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const dataDir = await mkdtemp(join(tmpdir(), 'cairn-ops-'));
+t.teardown(() => rm(dataDir, { recursive: true, force: true }));
+
+const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir };
+delete env.EVENTSTORE_URL;
+delete env.MONGODB_URL;
+
+interface Run { code: number | null; stdout: string; stderr: string }
+
+function start(args: string[]) {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'ops/cli.ts', ...args], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const out = { stdout: '', stderr: '' };
+  child.stdout.on('data', (d: Buffer) => { out.stdout += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { out.stderr += d.toString(); });
+  const done = new Promise<Run>((resolve) => child.on('close', (code) => resolve({ code, ...out })));
+  return { child, out, done };
+}
+
+const ops = (...args: string[]) => start(args).done;
+
+async function opsJson<T>(...args: string[]): Promise<T> {
+  const run = await ops(...args);
+  if (run.code !== 0) throw new Error(`ops ${args.join(' ')} exited ${run.code}: ${run.stderr}`);
+  return JSON.parse(run.stdout) as T;
+}
+
+async function liveDocs(collection: string) {
+  const reads = new EmbeddedReadStore(join(dataDir, 'readmodels.db'));
+  try {
+    return (await reads.find(collection, { limit: 1000 })).items;
+  } finally {
+    await reads.close();
+  }
+}
+
+interface Status { projection: string; position: number; head: number; lag: number; generation: number }
+
+t.test('--help works for every command', async (t) => {
+  const commands = [[], ['streams', 'list'], ['stream', 'show'], ['events', 'tail'], ['projections', 'status'],
+    ['projections', 'rebuild'], ['projects', 'create'], ['keys', 'create']];
+  const runs = await Promise.all(commands.map((c) => ops(...c, '--help')));
+  runs.forEach((run, i) => {
+    t.equal(run.code, 0, `${commands[i]!.join(' ')} --help exits 0`);
+    t.match(run.stdout, `Usage: ops ${commands[i]!.join(' ')}`.trim());
+  });
+});
+
+t.test('operator workflow on one data dir', async (t) => {
+  const project = await opsJson<{ project_id: string; tenant_id: string; name: string; position: number }>(
+    'projects', 'create', '--name', 'Demo', '--tenant', 'tenant-1', '--json');
+  t.match(project, { tenant_id: 'tenant-1', name: 'Demo', position: 1 });
+  const stream = `project-${project.project_id}`;
+
+  await t.test('projections status: never-run projections lag by the whole log', async (t) => {
+    const status = await opsJson<Status[]>('projections', 'status', '--json');
+    t.same(status.map((s) => s.projection).sort(), platformProjections.map((p) => p.name).sort());
+    for (const s of status) t.match(s, { position: 0, head: 1, lag: 1, generation: 1 }, s.projection);
+  });
+
+  await t.test('keys create prints the key once; the log holds only its hash', async (t) => {
+    const run = await ops('keys', 'create', '--project', project.project_id, '--name', 'admin', '--scopes', 'agents:read,agents:write');
+    t.equal(run.code, 0, run.stderr);
+    const key = run.stdout.trim();
+    t.match(key, /^sk_[0-9A-Za-z]{43}_[0-9A-Za-z]{6}$/);
+    t.match(run.stderr, /cannot be shown again/);
+    t.notMatch(run.stderr, key, 'the key is not repeated on stderr');
+
+    const events = new EmbeddedEventStore(join(dataDir, 'events.db'));
+    try {
+      const keyStreams = await events.listStreams({ prefix: 'apikey-' });
+      t.equal(keyStreams.length, 1);
+      const recorded = await events.readStream(keyStreams[0]!.stream);
+      t.match(recorded, [{ type: 'ApiKeyCreated', data: {
+        project_id: project.project_id, tenant_id: 'tenant-1', name: 'admin', scopes: ['agents:read', 'agents:write'], expires_at: null,
+        key_hash: createHash('sha256').update(key).digest('hex'),
+      } }]);
+      const everything = JSON.stringify(await events.readAll(0, { limit: 1000 }));
+      t.notOk(everything.includes(key), 'the key is nowhere in the log');
+      t.notOk(everything.includes(key.slice(3, 46)), 'nor its random part');
+    } finally {
+      await events.close();
+    }
+  });
+
+  await t.test('keys create --json with an expiry', async (t) => {
+    const expires = new Date(Date.now() + 86_400_000).toISOString();
+    const created = await opsJson<{ key: string; scopes: string[]; expires_at: string }>(
+      'keys', 'create', '--project', project.project_id, '--expires-at', expires, '--json');
+    t.match(created, { key: /^sk_/, scopes: ['*'], expires_at: expires });
+  });
+
+  await t.test('keys create for an unknown project fails', async (t) => {
+    const run = await ops('keys', 'create', '--project', randomUUID());
+    t.equal(run.code, 1);
+    t.equal(run.stdout, '');
+    t.match(run.stderr, /^error: project .* not found\n$/);
+  });
+
+  await t.test('streams list and stream show', async (t) => {
+    const streams = await opsJson<Array<{ stream: string; revision: number }>>('streams', 'list', '--prefix', 'project-', '--json');
+    t.match(streams, [{ stream, revision: 0 }]);
+    t.equal(streams.length, 1);
+
+    const shown = await opsJson<unknown[]>('stream', 'show', stream, '--json');
+    t.match(shown, [{ position: 1, revision: 0, type: 'ProjectCreated', actor: 'ops', correlation_id: /^[0-9a-f-]{36}$/,
+      data: { project_id: project.project_id, name: 'Demo' } }]);
+    const table = await ops('stream', 'show', stream);
+    t.equal(table.code, 0);
+    t.match(table.stdout, /POSITION\s+REVISION\s+TYPE/);
+    t.match(table.stdout, 'ProjectCreated');
+
+    const missing = await ops('stream', 'show', 'project-nope');
+    t.equal(missing.code, 1);
+  });
+
+  await t.test('events tail', async (t) => {
+    const run = await ops('events', 'tail', '--count', '2', '--from', '0', '--json');
+    t.equal(run.code, 0, run.stderr);
+    const lines = run.stdout.trim().split('\n').map((l) => JSON.parse(l));
+    t.match(lines, [{ position: 1, type: 'ProjectCreated' }, { position: 2, type: 'ApiKeyCreated' }]);
+    t.equal(lines.length, 2);
+
+    const typed = await ops('events', 'tail', '--type', 'ApiKeyCreated', '--from', '0', '--count', '2', '--json');
+    t.same(typed.stdout.trim().split('\n').map((l) => JSON.parse(l).position), [2, 3]);
+  });
+
+  await t.test('events tail follows until SIGINT, then exits cleanly', async (t) => {
+    const tail = start(['events', 'tail', '--from', '0', '--json']);
+    await new Promise<void>((resolve) => {
+      const check = () => { if (tail.out.stdout.split('\n').length > 3) { tail.child.stdout.off('data', check); resolve(); } };
+      tail.child.stdout.on('data', check);
+    });
+    tail.child.kill('SIGINT');
+    const run = await tail.done;
+    t.equal(run.code, 0, run.stderr);
+    t.equal(run.stdout.trim().split('\n').length, 3);
+  });
+
+  await t.test('projections rebuild', async (t) => {
+    const run = await ops('projections', 'rebuild', 'projects');
+    t.equal(run.code, 0, run.stderr);
+    t.match(run.stdout, /rebuilt projects: generation 2 is live at position 3/);
+
+    const status = await opsJson<Status[]>('projections', 'status', '--json');
+    t.match(status.find((s) => s.projection === 'projects'), { position: 3, head: 3, lag: 0, generation: 2 });
+    t.match(status.find((s) => s.projection === 'api-keys'), { lag: 3 }, 'other projections untouched');
+
+    const first = await liveDocs('projects');
+    t.match(first, [{ id: project.project_id, tenant_id: 'tenant-1', name: 'Demo', _position: 1 }]);
+
+    const again = await opsJson<{ generation: number; position: number }>('projections', 'rebuild', 'projects', '--json');
+    t.match(again, { generation: 3, position: 3 });
+    t.same(await liveDocs('projects'), first, 'rebuilding twice gives the same documents');
+  });
+
+  await t.test('rebuilding an unknown projection fails with the valid names', async (t) => {
+    const run = await ops('projections', 'rebuild', 'nope');
+    t.equal(run.code, 1);
+    t.match(run.stderr, /unknown projection "nope".*projects/);
+  });
+
+  await t.test('a live runner in another process follows the swap by itself', async (t) => {
+    const events = new EmbeddedEventStore(join(dataDir, 'events.db'));
+    const reads = new EmbeddedReadStore(join(dataDir, 'readmodels.db'));
+    const runner = new ProjectionRunner(projectsProjection, events, reads);
+    t.teardown(async () => {
+      await runner.stop();
+      await Promise.all([events.close(), reads.close()]);
+    });
+    await runner.start();
+    const before = await reads.checkpoint('projects');
+
+    const rebuilt = await opsJson<{ generation: number; position: number }>('projections', 'rebuild', 'projects', '--json');
+    t.equal(rebuilt.generation, before.generation + 1);
+    const second = await opsJson<{ project_id: string; position: number }>('projects', 'create', '--name', 'Second', '--tenant', 'tenant-2', '--json');
+    await runner.waitFor(second.position, 3000);
+
+    t.match(await reads.checkpoint('projects'), { generation: rebuilt.generation, position: second.position });
+    t.same((await liveDocs('projects')).map((d) => d.name).sort(), ['Demo', 'Second']);
+  });
+});

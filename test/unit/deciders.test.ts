@@ -1,0 +1,71 @@
+import t from 'tap';
+import { agentDecider, agentNameDecider, NEUTRAL_BIG5, type AgentCreated, type AgentNameReserved } from '../../domain/agents/decider.js';
+import { apiKeyDecider, type ApiKeyCreated, type ApiKeyEvent } from '../../domain/apikeys/decider.js';
+import { configDecider, type ConfigValueSet } from '../../domain/config/decider.js';
+import { projectDecider, type ProjectCreated } from '../../domain/projects/decider.js';
+import { deciderSpec, testContext } from '../support/decider-spec.js';
+
+const ctx = testContext();
+
+t.test('projects', async (t) => {
+  const spec = deciderSpec(t, projectDecider);
+  const create = { type: 'CreateProject' as const, data: { project_id: 'p1', tenant_id: 't1', name: 'P' } };
+  const created: ProjectCreated = { type: 'ProjectCreated', data: { ...create.data, created_by: ctx.actor, created_at: ctx.now, request_key: 'r1', request_hash: 'h1' } };
+  spec.given([]).when(create).then([created]);
+  spec.given([created]).when(create).then([]); // same Idempotency-Key, same command: replay
+  spec.given([created]).when(create, testContext({ request_hash: 'other' })).thenThrows('idempotency_mismatch');
+  spec.given([created]).when(create, testContext({ request_key: 'r2' })).thenThrows('conflict');
+});
+
+t.test('api keys', async (t) => {
+  const spec = deciderSpec(t, apiKeyDecider);
+  const data = { key_id: 'k1', project_id: 'p1', tenant_id: 't1', name: 'n', key_prefix: 'sk_abc', key_hash: 'h', scopes: ['*'], expires_at: null };
+  const created: ApiKeyCreated = { type: 'ApiKeyCreated', data: { ...data, created_by: ctx.actor, created_at: ctx.now, request_key: 'r1', request_hash: 'h1' } };
+  spec.given([]).when({ type: 'CreateApiKey', data }).then([created]);
+  spec.given([created]).when({ type: 'RevokeApiKey', data: { key_id: 'k1', project_id: 'p1' } })
+    .then([{ type: 'ApiKeyRevoked', data: { key_id: 'k1', project_id: 'p1', revoked_by: ctx.actor, revoked_at: ctx.now } }]);
+  spec.given([created]).when({ type: 'RevokeApiKey', data: { key_id: 'k1', project_id: 'other' } }).thenThrows('not_found');
+  spec.given([]).when({ type: 'RevokeApiKey', data: { key_id: 'k1', project_id: 'p1' } }).thenThrows('not_found');
+  const revoked: ApiKeyEvent = { type: 'ApiKeyRevoked', data: { key_id: 'k1', project_id: 'p1', revoked_by: 'x', revoked_at: ctx.now } };
+  spec.given([created, revoked]).when({ type: 'RevokeApiKey', data: { key_id: 'k1', project_id: 'p1' } }).then([]);
+  // Use is recorded at most once a minute.
+  const use = { type: 'RecordApiKeyUse' as const, data: { key_id: 'k1', project_id: 'p1' } };
+  const used: ApiKeyEvent = { type: 'ApiKeyUsed', data: { key_id: 'k1', project_id: 'p1', used_at: ctx.now } };
+  spec.given([created]).when(use).then([used]);
+  spec.given([created, used]).when(use, testContext({ now: '2026-01-01T00:00:59.999Z' })).then([]);
+  spec.given([created, used]).when(use, testContext({ now: '2026-01-01T00:01:00.000Z' }))
+    .then([{ type: 'ApiKeyUsed', data: { key_id: 'k1', project_id: 'p1', used_at: '2026-01-01T00:01:00.000Z' } }]);
+  spec.given([created, revoked]).when(use).then([]);
+});
+
+t.test('config', async (t) => {
+  const spec = deciderSpec(t, configDecider);
+  const set: ConfigValueSet = { type: 'ConfigValueSet', data: { project_id: 'p1', key: 'a', value: { x: 1 }, set_at: ctx.now } };
+  spec.given([]).when({ type: 'SetConfigValue', data: { project_id: 'p1', key: 'a', value: { x: 1 } } }).then([set]);
+  spec.given([set]).when({ type: 'SetConfigValue', data: { project_id: 'p1', key: 'a', value: { x: 1 } } }).then([]);
+  spec.given([]).when({ type: 'DeleteConfigValue', data: { project_id: 'p1', key: 'a' } }).thenThrows('not_found');
+  spec.given([set]).when({ type: 'DeleteConfigValue', data: { project_id: 'p1', key: 'a' } })
+    .then([{ type: 'ConfigValueDeleted', data: { project_id: 'p1', key: 'a', deleted_at: ctx.now } }]);
+});
+
+t.test('agents and their names', async (t) => {
+  const profile = {
+    agent_id: 'a1', project_id: 'p1', name: 'Ava', bio: null, gender: null, avatar_url: null, big5: NEUTRAL_BIG5, language: 'en',
+    personality_prompt: null, speech_patterns: [], true_interests: [], true_dislikes: [],
+  };
+  const created: AgentCreated = { type: 'AgentCreated', data: { ...profile, owner: ctx.actor, created_at: ctx.now, request_key: 'r1', request_hash: 'h1' } };
+  deciderSpec(t, agentDecider).given([]).when({ type: 'CreateAgent', data: profile }).then([created]);
+  deciderSpec(t, agentDecider).given([created]).when({ type: 'CreateAgent', data: profile }, testContext({ request_key: 'r2' })).thenThrows('conflict');
+
+  const names = deciderSpec(t, agentNameDecider);
+  const reserve = (agent_id: string, abandoned_holder: string | null = null) =>
+    ({ type: 'ReserveAgentName' as const, data: { project_id: 'p1', name: 'Ava', agent_id, abandoned_holder } });
+  const reserved: AgentNameReserved = { type: 'AgentNameReserved', data: { project_id: 'p1', name: 'Ava', agent_id: 'a1', reserved_at: ctx.now } };
+  names.given([]).when(reserve('a1')).then([reserved]);
+  names.given([reserved]).when(reserve('a1')).then([]);
+  names.given([reserved]).when(reserve('a2')).thenThrows('conflict');
+  // Only the exact holder the handler found abandoned can be displaced.
+  names.given([reserved]).when(reserve('a2', 'a9')).thenThrows('conflict');
+  names.given([reserved]).when(reserve('a2', 'a1'))
+    .then([{ type: 'AgentNameReserved', data: { project_id: 'p1', name: 'Ava', agent_id: 'a2', reserved_at: ctx.now } }]);
+});
