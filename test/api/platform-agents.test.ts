@@ -1,0 +1,116 @@
+import t from 'tap';
+import { agentStream } from '../../domain/agents/decider.js';
+import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
+
+const app = await startTestCairn();
+t.teardown(() => app.stop());
+const a = await projectWithKey(app, 'tenant-a');
+const b = await projectWithKey(app, 'tenant-b');
+const big5 = { openness: 0.9, conscientiousness: 0.4, extraversion: 0.7, agreeableness: 0.8, neuroticism: 0.1 };
+
+async function create(body: Record<string, unknown>, key = a.key, headers: Record<string, string> = {}) {
+  const res = await app.platform('/agents', { method: 'POST', headers: { ...bearer(key), ...headers }, json: body });
+  return { res, body: (await res.json()) as Record<string, any>, position: res.headers.get('x-event-position') };
+}
+
+t.test('create, then get by id and by URL-encoded name', async (t) => {
+  const full = {
+    name: 'Ava Lindqvist', personality_prompt: 'You are Ava.', big5, speech_patterns: ['says "indeed"'], true_interests: ['astronomy'],
+    true_dislikes: ['rudeness'], project_id: a.projectId, language: 'sv-SE', bio: 'A curious mind', gender: 'female', avatar_url: 'https://cdn.example/ava.png',
+  };
+  const { res, body, position } = await create(full);
+  t.equal(res.status, 200);
+  t.match(body, { ...full, agent_id: /^[0-9a-f-]{36}$/, owner: `key:${a.keyId}`, created_at: /Z$/ });
+  t.same(body.personality, { big5, personality_prompt: 'You are Ava.', speech_patterns: ['says "indeed"'], true_interests: ['astronomy'], true_dislikes: ['rudeness'] });
+  t.same(body.profile, { bio: 'A curious mind', gender: 'female', avatar_url: 'https://cdn.example/ava.png', language: 'sv-SE' });
+  t.match(body.mood, { valence: 0, arousal: 0, tension: 0, affiliation: 0 });
+  const events = await app.events.readStream(agentStream(body.agent_id));
+  t.equal(events.length, 1);
+  t.equal(events[0]!.type, 'AgentCreated');
+  t.equal(String(events[0]!.position), position);
+  t.match(events[0]!.metadata, { actor: `key:${a.keyId}`, project_id: a.projectId, correlation_id: res.headers.get('x-request-id') });
+
+  const consistent = { ...bearer(a.key), 'X-Min-Position': position! };
+  const byId = await app.platform(`/agents/${body.agent_id}`, { headers: consistent });
+  t.same(await byId.json(), body, 'get by id returns what create returned');
+  const byName = await app.platform(`/agents/${encodeURIComponent('Ava Lindqvist')}`, { headers: consistent });
+  t.equal(byName.status, 200);
+  t.equal((await byName.json()).agent_id, body.agent_id);
+  t.equal((await app.platform(`/agents/${body.agent_id.toUpperCase()}`, { headers: consistent })).status, 200, 'UUIDs are case-insensitive');
+  t.equal((await app.platform(`/agents/nobody`, { headers: consistent })).status, 404);
+  t.equal((await app.platform(`/agents/${crypto.randomUUID()}`, { headers: consistent })).status, 404);
+});
+
+t.test('defaults', async (t) => {
+  const { res, body } = await create({ name: 'Minimal' });
+  t.equal(res.status, 200);
+  t.match(body, { big5: { openness: 0.5, conscientiousness: 0.5, extraversion: 0.5, agreeableness: 0.5, neuroticism: 0.5 }, language: 'en', project_id: a.projectId, bio: null, speech_patterns: [] });
+});
+
+t.test('Big Five scores are 0.0 to 1.0, all five', async (t) => {
+  t.equal((await create({ name: 'Zeros', big5: { ...big5, openness: 0, neuroticism: 0 } })).res.status, 200, '0.0 is allowed');
+  t.equal((await create({ name: 'Ones', big5: { ...big5, openness: 1, neuroticism: 1 } })).res.status, 200, '1.0 is allowed');
+  const below = await create({ name: 'Below', big5: { ...big5, openness: -0.01 } });
+  t.equal(below.res.status, 400);
+  t.match(below.body, { title: 'Bad Request', status: 400, errors: [{ location: 'body.big5.openness', value: -0.01 }] });
+  const above = await create({ name: 'Above', big5: { ...big5, neuroticism: 1.01 } });
+  t.equal(above.res.status, 400);
+  t.match(above.body, { errors: [{ location: 'body.big5.neuroticism', value: 1.01 }] });
+  const { openness: _o, ...four } = big5;
+  const missing = await create({ name: 'Four', big5: four });
+  t.equal(missing.res.status, 400);
+  t.match(missing.body, { errors: [{ location: 'body.big5', message: /openness/ }] });
+  t.equal((await create({ name: 'Text', big5: { ...big5, openness: '0.5' } })).res.status, 400, 'strings are not numbers');
+});
+
+t.test('names', async (t) => {
+  t.equal((await create({ name: 'n'.repeat(128) })).res.status, 200, '128 characters');
+  const long = await create({ name: 'n'.repeat(129) });
+  t.equal(long.res.status, 400);
+  t.match(long.body, { errors: [{ location: 'body.name' }] });
+  t.equal((await create({ name: '   ' })).res.status, 400, 'blank');
+  t.equal((await create({ name: crypto.randomUUID() })).res.status, 400, 'UUID-shaped names would shadow ids');
+  const dup = await create({ name: 'Ava Lindqvist' });
+  t.equal(dup.res.status, 409, 'names are unique within a project');
+  t.match(dup.body, { type: /conflict/, agent_id: /^[0-9a-f-]{36}$/ });
+  t.equal((await create({ name: 'Ava Lindqvist' }, b.key)).res.status, 200, 'the same name in another project is fine');
+  const unicode = await create({ name: 'Zoë 🌙' });
+  t.equal(unicode.res.status, 200);
+  const got = await app.platform(`/agents/${encodeURIComponent('Zoë 🌙')}`, { headers: { ...bearer(a.key), 'X-Min-Position': unicode.position! } });
+  t.equal((await got.json()).agent_id, unicode.body.agent_id);
+});
+
+t.test('other fields', async (t) => {
+  const bad = await create({ name: 'Bad', gender: 'robot', language: 'English', avatar_url: 'ftp://x', extra: 1 });
+  t.equal(bad.res.status, 400);
+  const locations = (bad.body.errors as Array<{ location: string }>).map((e) => e.location).sort();
+  t.same([...new Set(locations)], ['body', 'body.avatar_url', 'body.gender', 'body.language'], 'every problem is listed');
+  t.equal((await create({ name: 'Lots', speech_patterns: Array(101).fill('x') })).res.status, 400, 'at most 100 phrases');
+  t.equal((await create({ name: 'Enough', speech_patterns: Array(100).fill('x') })).res.status, 200);
+});
+
+t.test('Idempotency-Key', async (t) => {
+  const headers = { 'Idempotency-Key': 'agent-create-000001' };
+  const first = await create({ name: 'Once' }, a.key, headers);
+  const again = await create({ name: 'Once' }, a.key, headers);
+  t.equal(again.res.status, 200);
+  t.equal(again.body.agent_id, first.body.agent_id);
+  t.equal((await app.events.readStream(agentStream(first.body.agent_id))).length, 1, 'one event only');
+  const different = await create({ name: 'Twice' }, a.key, headers);
+  t.equal(different.res.status, 422);
+});
+
+t.test('projects are isolated', async (t) => {
+  const { body: mine, position } = await create({ name: 'Private' });
+  const asB = { ...bearer(b.key), 'X-Min-Position': position! };
+  t.equal((await app.platform(`/agents/${mine.agent_id}`, { headers: asB })).status, 404, 'by id');
+  t.equal((await app.platform(`/agents/Private`, { headers: asB })).status, 404, 'by name');
+  t.equal((await app.platform(`/agents?project_id=${a.projectId}`, { headers: asB })).status, 404, 'list of another project');
+  t.equal((await create({ name: 'Intruder', project_id: a.projectId }, b.key)).res.status, 404, 'create in another project');
+  const listB = (await (await app.platform('/agents', { headers: asB })).json()) as Array<{ name: string; project_id: string }>;
+  t.ok(listB.every((x) => x.project_id === b.projectId));
+  const listA = (await (await app.platform(`/agents?project_id=${a.projectId}`, { headers: { ...bearer(a.key), 'X-Min-Position': position! } })).json()) as Array<{ name: string; created_at: string }>;
+  t.ok(listA.some((x) => x.name === 'Private'));
+  t.same(listA.map((x) => x.created_at), [...listA.map((x) => x.created_at)].sort(), 'oldest first');
+  t.equal((await app.platform('/agents?limit=5', { headers: bearer(a.key) })).status, 400, 'unknown query parameters are rejected');
+});
