@@ -29,10 +29,12 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
       }
     }
   },
+  // The map is updated in place (copying it per event would make a project with many keys quadratic).
+  // Safe with the command bus: a state is only evolved from the newest cached state, and a failed append
+  // drops that cache entry and reloads from the log.
   evolve(state, event) {
-    const values = new Map(state.values);
-    if (event.type === 'ConfigValueSet') values.set(event.data.key, JSON.stringify(event.data.value));
-    else if (event.type === 'ConfigValueDeleted') values.delete(event.data.key);
-    return { values };
+    if (event.type === 'ConfigValueSet') state.values.set(event.data.key, JSON.stringify(event.data.value));
+    else if (event.type === 'ConfigValueDeleted') state.values.delete(event.data.key);
+    return { values: state.values };
   },
 };

@@ -2,16 +2,14 @@ import Database from 'better-sqlite3';
 import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { DuplicateEventIdError, WrongExpectedVersionError } from './errors.js';
+import { Worker } from 'node:worker_threads';
+import { openWritable, reviveError, type AppendOutcome, type AppendRequest } from './embedded-appender.js';
 import { matchesFilter } from './port.js';
 import type {
   AppendResult, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamInfo, SubscriptionFilter,
 } from './port.js';
 
-interface PendingAppend {
-  stream: string;
-  events: NewEvent[];
-  expected: ExpectedRevision;
+interface PendingAppend extends AppendRequest {
   resolve: (result: AppendResult) => void;
   reject: (error: unknown) => void;
 }
@@ -25,73 +23,45 @@ interface StreamRow {
   created_at: string; updated_at: string;
 }
 
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS events (
-  position    INTEGER PRIMARY KEY,
-  id          TEXT NOT NULL UNIQUE,
-  stream      TEXT NOT NULL,
-  revision    INTEGER NOT NULL,
-  type        TEXT NOT NULL,
-  data        TEXT NOT NULL,
-  metadata    TEXT NOT NULL,
-  recorded_at TEXT NOT NULL,
-  UNIQUE (stream, revision)
-);
-CREATE INDEX IF NOT EXISTS events_type ON events (type, position);
-CREATE TABLE IF NOT EXISTS streams (
-  name           TEXT PRIMARY KEY,
-  revision       INTEGER NOT NULL,
-  event_count    INTEGER NOT NULL,
-  first_position INTEGER NOT NULL,
-  last_position  INTEGER NOT NULL,
-  created_at     TEXT NOT NULL,
-  updated_at     TEXT NOT NULL
-) WITHOUT ROWID;
-`;
-
 /** How often a live subscription looks for events written by another process (ops CLI, a second node). */
 const CROSS_PROCESS_POLL_MS = 200;
 
 /**
  * Durable single-file event store on SQLite (WAL, synchronous=FULL: a commit is on disk before
- * append() resolves). Appends that arrive in the same tick are committed in one transaction
- * (group commit), so one fsync acknowledges many commands; each append is still checked and
- * applied on its own, and a failed check rejects only that append.
+ * append() resolves). Writes happen on a worker thread (see embedded-writer.ts); appends that arrive
+ * while a commit is in flight are committed together in the next transaction (group commit), so one
+ * fsync acknowledges many commands. Each append is still checked and applied on its own, and a failed
+ * check rejects only that append. Reads use this thread's own connection.
  */
 export class EmbeddedEventStore implements EventStore {
   readonly kind = 'embedded' as const;
   private readonly db: Database.Database;
   private readonly appended = new EventEmitter();
   private queue: PendingAppend[] = [];
+  private inFlight: Map<number, PendingAppend[]> = new Map();
+  private nextBatchId = 1;
   private flushScheduled = false;
   private closed = false;
+  private readonly writer: Worker;
   private readonly stmt;
 
   constructor(readonly file: string, options: { readonly?: boolean } = {}) {
     if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
     this.db = new Database(file, { readonly: options.readonly ?? false });
     this.db.pragma('busy_timeout = 5000');
-    if (!options.readonly) {
-      this.db.pragma('journal_mode = WAL');
-      this.db.pragma('synchronous = FULL');
-      this.db.exec(SCHEMA);
-    }
+    if (!options.readonly) openWritable(this.db);
     this.appended.setMaxListeners(0);
     this.stmt = {
-      findById: this.db.prepare<[string], { stream: string; revision: number; position: number }>(
-        'SELECT stream, revision, position FROM events WHERE id = ?'),
       streamRow: this.db.prepare<[string], StreamRow>('SELECT * FROM streams WHERE name = ?'),
       head: this.db.prepare<[], { p: number | null }>('SELECT MAX(position) AS p FROM events'),
-      insert: this.db.prepare(
-        'INSERT INTO events (position, id, stream, revision, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
-      upsertStream: this.db.prepare(`INSERT INTO streams (name, revision, event_count, first_position, last_position, created_at, updated_at)
-        VALUES (@name, @revision, @count, @first, @last, @now, @now)
-        ON CONFLICT (name) DO UPDATE SET revision = @revision, event_count = event_count + @count,
-          last_position = @last, updated_at = @now`),
       readStream: this.db.prepare<[string, number, number], EventRow>(
         'SELECT * FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?'),
       readAll: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE position > ? ORDER BY position LIMIT ?'),
     };
+    this.writer = startWriter(file);
+    this.writer.on('message', (message: { id: number; outcomes: AppendOutcome[]; head: number }) => this.settle(message));
+    this.writer.on('error', (error) => this.failAll(error));
+    this.writer.unref();
   }
 
   append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
@@ -105,78 +75,38 @@ export class EmbeddedEventStore implements EventStore {
     });
   }
 
-  /** Commits every queued append in one transaction, then settles each promise. */
+  /** Sends the queued appends as one batch, unless a batch is still being committed (it will send them when done). */
   private flush(): void {
     this.flushScheduled = false;
+    if (this.inFlight.size > 0 || this.queue.length === 0) return;
     const batch = this.queue;
     this.queue = [];
-    if (batch.length === 0) return;
-    const outcomes: Array<{ ok: true; result: AppendResult } | { ok: false; error: unknown }> = [];
-    let head = 0;
-    try {
-      this.db.transaction(() => {
-        head = this.stmt.head.get()?.p ?? 0;
-        const now = new Date().toISOString();
-        for (const pending of batch) {
-          try {
-            const result = this.applyOne(pending, head, now);
-            head = Math.max(head, result.position);
-            outcomes.push({ ok: true, result });
-          } catch (error) {
-            outcomes.push({ ok: false, error });
-          }
-        }
-      }).immediate();
-    } catch (error) {
-      // The transaction itself failed (disk full, I/O error): nothing of this batch was written.
-      for (const pending of batch) pending.reject(error);
-      return;
-    }
+    const id = this.nextBatchId++;
+    this.inFlight.set(id, batch);
+    this.writer.ref();
+    this.writer.postMessage({ id, batch: batch.map(({ stream, events, expected }) => ({ stream, events, expected })) });
+  }
+
+  private settle({ id, outcomes, head }: { id: number; outcomes: AppendOutcome[]; head: number }): void {
+    const batch = this.inFlight.get(id);
+    if (!batch) return;
+    this.inFlight.delete(id);
+    this.writer.unref();
     batch.forEach((pending, i) => {
       const outcome = outcomes[i]!;
       if (outcome.ok) pending.resolve(outcome.result);
-      else pending.reject(outcome.error);
+      else pending.reject(reviveError(outcome.error));
     });
-    this.appended.emit('appended', head);
+    if (head > 0) this.appended.emit('appended', head);
+    this.appended.emit('settled');
+    this.flush();
   }
 
-  /** Checks and writes one append inside the open transaction. Throws before writing anything. */
-  private applyOne({ stream, events, expected }: PendingAppend, head: number, now: string): AppendResult {
-    const row = this.stmt.streamRow.get(stream);
-    const current = row ? row.revision : -1;
-    if (events.length > 0) {
-      const existing = this.stmt.findById.get(events[0]!.id);
-      if (existing) return this.idempotentResult(stream, events, existing);
-    }
-    const ok = expected === 'any'
-      || (expected === 'no_stream' && current === -1)
-      || (expected === 'stream_exists' && current >= 0)
-      || expected === current;
-    if (!ok) throw new WrongExpectedVersionError(stream, expected, current === -1 ? 'no_stream' : current);
-    if (events.length === 0) return { revision: current, position: row?.last_position ?? 0 };
-    for (const e of events) if (this.stmt.findById.get(e.id)) throw new DuplicateEventIdError(e.id, stream);
-    let revision = current;
-    let position = head;
-    for (const e of events) {
-      revision += 1;
-      position += 1;
-      this.stmt.insert.run(position, e.id, stream, revision, e.type, JSON.stringify(e.data), JSON.stringify(e.metadata), now);
-    }
-    this.stmt.upsertStream.run({ name: stream, revision, count: events.length, first: head + 1, last: position, now });
-    return { revision, position };
-  }
-
-  /** The same event ids were appended before (a retried request): answer as the first time, write nothing. */
-  private idempotentResult(stream: string, events: NewEvent[], first: { stream: string; revision: number; position: number }): AppendResult {
-    let last = first;
-    for (let i = 0; i < events.length; i++) {
-      const found = i === 0 ? first : this.stmt.findById.get(events[i]!.id);
-      if (!found || found.stream !== stream || found.revision !== first.revision + i) {
-        throw new DuplicateEventIdError(events[i]!.id, stream);
-      }
-      last = found;
-    }
-    return { revision: last.revision, position: last.position };
+  private failAll(error: unknown): void {
+    for (const batch of this.inFlight.values()) for (const pending of batch) pending.reject(error);
+    this.inFlight.clear();
+    for (const pending of this.queue.splice(0)) pending.reject(error);
+    this.appended.emit('settled');
   }
 
   async readStream(stream: string, options: { fromRevision?: number; limit?: number } = {}): Promise<RecordedEvent[]> {
@@ -255,11 +185,32 @@ export class EmbeddedEventStore implements EventStore {
 
   async close(): Promise<void> {
     if (this.closed) return;
-    if (this.queue.length > 0) this.flush();
     this.closed = true;
+    // Let queued and in-flight appends finish, then stop the writer.
+    while (this.queue.length > 0 || this.inFlight.size > 0) {
+      await new Promise<void>((resolve) => this.appended.once('settled', () => resolve()));
+    }
     this.appended.emit('appended', Number.MAX_SAFE_INTEGER);
+    await new Promise<void>((resolve) => {
+      this.writer.ref();
+      this.writer.once('message', () => resolve());
+      this.writer.postMessage({ close: true });
+    });
+    await this.writer.terminate();
     this.db.close();
   }
+}
+
+/**
+ * Starts the writer thread. When running from TypeScript sources (tsx, tap), the worker registers tsx's
+ * loader before importing the writer, since loader hooks registered in this thread do not carry over.
+ */
+function startWriter(file: string): Worker {
+  const self = import.meta.url;
+  const writer = new URL(self.endsWith('.ts') ? './embedded-writer.ts' : './embedded-writer.js', self);
+  if (!self.endsWith('.ts')) return new Worker(writer, { workerData: { file } });
+  const bootstrap = `import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(writer.href)}); })`;
+  return new Worker(bootstrap, { eval: true, workerData: { file } });
 }
 
 function toRecorded(row: EventRow): RecordedEvent {

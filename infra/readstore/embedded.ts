@@ -38,6 +38,9 @@ export class EmbeddedReadStore implements ReadStore {
   private readonly db: Database.Database;
   private lock: Promise<unknown> = Promise.resolve();
   private readonly statements = new Map<string, Database.Statement>();
+  /** collection → live table, valid while no other connection committed (PRAGMA data_version unchanged). */
+  private readonly liveTables = new Map<string, string>();
+  private dataVersion = -1;
 
   constructor(readonly file: string) {
     if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
@@ -59,6 +62,8 @@ export class EmbeddedReadStore implements ReadStore {
   }
 
   async register(projection: string, collections: CollectionSpec[]): Promise<void> {
+    this.owners.clear();
+    this.liveTables.clear();
     this.db.transaction(() => {
       this.prepare(`INSERT INTO rm_checkpoints (projection, slot, position, generation, updated_at)
         VALUES (?, 'live', 0, 1, NULL) ON CONFLICT DO NOTHING`).run(projection);
@@ -166,18 +171,32 @@ export class EmbeddedReadStore implements ReadStore {
     };
   }
 
+  private readonly owners = new Map<string, string>();
+
   private projectionOf(collection: string): string {
+    const known = this.owners.get(collection);
+    if (known) return known;
     const row = this.prepare('SELECT projection FROM rm_collections WHERE name = ?').get(collection) as { projection: string } | undefined;
     if (!row) throw new Error(`unknown collection ${collection}`);
+    this.owners.set(collection, row.projection);
     return row.projection;
   }
 
   /** The live table of a collection (resolved on every query: a rebuild in another process may have swapped it). */
   private liveTable(collection: string): string {
+    const version = this.db.pragma('data_version', { simple: true }) as number;
+    if (version !== this.dataVersion) {
+      this.liveTables.clear();
+      this.dataVersion = version;
+    }
+    const cached = this.liveTables.get(collection);
+    if (cached) return cached;
     const row = this.prepare(`SELECT k.generation AS generation FROM rm_collections c
       JOIN rm_checkpoints k ON k.projection = c.projection AND k.slot = 'live' WHERE c.name = ?`).get(collection) as { generation: number } | undefined;
     if (!row) throw new Error(`unknown collection ${collection}`);
-    return tableName(collection, row.generation);
+    const table = tableName(collection, row.generation);
+    this.liveTables.set(collection, table);
+    return table;
   }
 
   private getFrom<T extends Doc>(table: string, id: string): Stored<T> | undefined {
@@ -255,6 +274,7 @@ export class EmbeddedReadStore implements ReadStore {
         .run(rebuilt.position, rebuilt.generation, new Date().toISOString(), projection);
       this.prepare(`DELETE FROM rm_checkpoints WHERE projection = ? AND slot = 'rebuild'`).run(projection);
       this.dropTables(projection, live.generation);
+      this.liveTables.clear();
       return this.slot(projection, 'live')!;
     })());
   }

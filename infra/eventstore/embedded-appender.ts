@@ -1,0 +1,142 @@
+import type Database from 'better-sqlite3';
+import { DuplicateEventIdError, WrongExpectedVersionError } from './errors.js';
+import type { AppendResult, ExpectedRevision, NewEvent } from './port.js';
+
+export const SCHEMA = `
+CREATE TABLE IF NOT EXISTS events (
+  position    INTEGER PRIMARY KEY,
+  id          TEXT NOT NULL UNIQUE,
+  stream      TEXT NOT NULL,
+  revision    INTEGER NOT NULL,
+  type        TEXT NOT NULL,
+  data        TEXT NOT NULL,
+  metadata    TEXT NOT NULL,
+  recorded_at TEXT NOT NULL,
+  UNIQUE (stream, revision)
+);
+CREATE INDEX IF NOT EXISTS events_type ON events (type, position);
+CREATE TABLE IF NOT EXISTS streams (
+  name           TEXT PRIMARY KEY,
+  revision       INTEGER NOT NULL,
+  event_count    INTEGER NOT NULL,
+  first_position INTEGER NOT NULL,
+  last_position  INTEGER NOT NULL,
+  created_at     TEXT NOT NULL,
+  updated_at     TEXT NOT NULL
+) WITHOUT ROWID;
+`;
+
+export interface AppendRequest {
+  stream: string;
+  events: NewEvent[];
+  expected: ExpectedRevision;
+}
+
+/** An outcome that crosses the worker boundary: errors travel as plain data and are rebuilt on the other side. */
+export type AppendOutcome =
+  | { ok: true; result: AppendResult }
+  | { ok: false; error: { name: string; message: string; stream?: string; expected?: ExpectedRevision; actual?: number | 'no_stream'; eventId?: string } };
+
+export function reviveError(error: Extract<AppendOutcome, { ok: false }>['error']): Error {
+  if (error.name === 'WrongExpectedVersionError') return new WrongExpectedVersionError(error.stream!, error.expected!, error.actual!);
+  if (error.name === 'DuplicateEventIdError') return new DuplicateEventIdError(error.eventId!, error.stream!);
+  return Object.assign(new Error(error.message), { name: error.name });
+}
+
+function outcomeOf(error: unknown): AppendOutcome {
+  if (error instanceof WrongExpectedVersionError) {
+    return { ok: false, error: { name: error.name, message: error.message, stream: error.stream, expected: error.expected, actual: error.actual } };
+  }
+  if (error instanceof DuplicateEventIdError) return { ok: false, error: { name: error.name, message: error.message, stream: error.stream, eventId: error.eventId } };
+  const e = error as Error;
+  return { ok: false, error: { name: e?.name ?? 'Error', message: e?.message ?? String(error) } };
+}
+
+export function openWritable(db: Database.Database): void {
+  db.pragma('busy_timeout = 5000');
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.exec(SCHEMA);
+}
+
+/**
+ * Commits a batch of appends in one SQLite transaction (one fsync). Each append is checked and applied on
+ * its own: a failed check rejects only that append, and nothing of it is written. If the transaction
+ * itself fails (disk full, I/O error), every append of the batch fails and nothing is written.
+ */
+export class Appender {
+  private readonly stmt;
+
+  constructor(private readonly db: Database.Database) {
+    this.stmt = {
+      findById: db.prepare<[string], { stream: string; revision: number; position: number }>('SELECT stream, revision, position FROM events WHERE id = ?'),
+      streamRow: db.prepare<[string], { revision: number; last_position: number }>('SELECT revision, last_position FROM streams WHERE name = ?'),
+      head: db.prepare<[], { p: number | null }>('SELECT MAX(position) AS p FROM events'),
+      insert: db.prepare('INSERT INTO events (position, id, stream, revision, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
+      upsertStream: db.prepare(`INSERT INTO streams (name, revision, event_count, first_position, last_position, created_at, updated_at)
+        VALUES (@name, @revision, @count, @first, @last, @now, @now)
+        ON CONFLICT (name) DO UPDATE SET revision = @revision, event_count = event_count + @count,
+          last_position = @last, updated_at = @now`),
+    };
+  }
+
+  commit(batch: AppendRequest[]): { outcomes: AppendOutcome[]; head: number } {
+    const outcomes: AppendOutcome[] = [];
+    let head = 0;
+    try {
+      this.db.transaction(() => {
+        head = this.stmt.head.get()?.p ?? 0;
+        const now = new Date().toISOString();
+        for (const request of batch) {
+          try {
+            const result = this.applyOne(request, head, now);
+            head = Math.max(head, result.position);
+            outcomes.push({ ok: true, result });
+          } catch (error) {
+            outcomes.push(outcomeOf(error));
+          }
+        }
+      }).immediate();
+    } catch (error) {
+      const failed = outcomeOf(error);
+      return { outcomes: batch.map(() => failed), head: 0 };
+    }
+    return { outcomes, head };
+  }
+
+  private applyOne({ stream, events, expected }: AppendRequest, head: number, now: string): AppendResult {
+    const row = this.stmt.streamRow.get(stream);
+    const current = row ? row.revision : -1;
+    if (events.length > 0) {
+      const existing = this.stmt.findById.get(events[0]!.id);
+      if (existing) return this.idempotentResult(stream, events, existing);
+    }
+    const ok = expected === 'any'
+      || (expected === 'no_stream' && current === -1)
+      || (expected === 'stream_exists' && current >= 0)
+      || expected === current;
+    if (!ok) throw new WrongExpectedVersionError(stream, expected, current === -1 ? 'no_stream' : current);
+    if (events.length === 0) return { revision: current, position: row?.last_position ?? 0 };
+    for (const e of events) if (this.stmt.findById.get(e.id)) throw new DuplicateEventIdError(e.id, stream);
+    let revision = current;
+    let position = head;
+    for (const e of events) {
+      revision += 1;
+      position += 1;
+      this.stmt.insert.run(position, e.id, stream, revision, e.type, JSON.stringify(e.data), JSON.stringify(e.metadata), now);
+    }
+    this.stmt.upsertStream.run({ name: stream, revision, count: events.length, first: head + 1, last: position, now });
+    return { revision, position };
+  }
+
+  /** The same event ids were appended before (a retried append): answer as the first time, write nothing. */
+  private idempotentResult(stream: string, events: NewEvent[], first: { stream: string; revision: number; position: number }): AppendResult {
+    let last = first;
+    for (let i = 0; i < events.length; i++) {
+      const found = i === 0 ? first : this.stmt.findById.get(events[i]!.id);
+      if (!found || found.stream !== stream || found.revision !== first.revision + i) throw new DuplicateEventIdError(events[i]!.id, stream);
+      last = found;
+    }
+    return { revision: last.revision, position: last.position };
+  }
+}
