@@ -34,7 +34,8 @@ export interface AppendRequest {
 
 /** An outcome that crosses the worker boundary: errors travel as plain data and are rebuilt on the other side. */
 export type AppendOutcome =
-  | { ok: true; result: AppendResult }
+  /** `written`: false when the append was an idempotent replay of events already in the log. */
+  | { ok: true; result: AppendResult; written: boolean }
   | { ok: false; error: { name: string; message: string; stream?: string; expected?: ExpectedRevision; actual?: number | 'no_stream'; eventId?: string } };
 
 export function reviveError(error: Extract<AppendOutcome, { ok: false }>['error']): Error {
@@ -80,18 +81,19 @@ export class Appender {
     };
   }
 
-  commit(batch: AppendRequest[]): { outcomes: AppendOutcome[]; head: number } {
+  commit(batch: AppendRequest[]): { outcomes: AppendOutcome[]; head: number; recorded_at: string } {
     const outcomes: AppendOutcome[] = [];
     let head = 0;
+    const now = new Date().toISOString();
     try {
       this.db.transaction(() => {
         head = this.stmt.head.get()?.p ?? 0;
-        const now = new Date().toISOString();
         for (const request of batch) {
           try {
+            const before = head;
             const result = this.applyOne(request, head, now);
             head = Math.max(head, result.position);
-            outcomes.push({ ok: true, result });
+            outcomes.push({ ok: true, result, written: result.position > before });
           } catch (error) {
             outcomes.push(outcomeOf(error));
           }
@@ -99,9 +101,9 @@ export class Appender {
       }).immediate();
     } catch (error) {
       const failed = outcomeOf(error);
-      return { outcomes: batch.map(() => failed), head: 0 };
+      return { outcomes: batch.map(() => failed), head: 0, recorded_at: now };
     }
-    return { outcomes, head };
+    return { outcomes, head, recorded_at: now };
   }
 
   private applyOne({ stream, events, expected }: AppendRequest, head: number, now: string): AppendResult {

@@ -23,6 +23,9 @@ interface StreamRow {
   created_at: string; updated_at: string;
 }
 
+/** How many recently appended events are kept in memory for subscribers tailing the log. */
+const TAIL_SIZE = 8192;
+
 /** How often a live subscription looks for events written by another process (ops CLI, a second node). */
 const CROSS_PROCESS_POLL_MS = 200;
 
@@ -43,6 +46,12 @@ export class EmbeddedEventStore implements EventStore {
   private flushScheduled = false;
   private closed = false;
   private readonly writer: Worker;
+  /**
+   * The newest events this process appended, with contiguous positions. Live subscribers (every
+   * projection runner) read from here instead of re-reading and re-parsing the same rows from SQLite.
+   * A gap (another process appended in between) restarts it, so it never hides an event.
+   */
+  private tail: RecordedEvent[] = [];
   private readonly stmt;
 
   constructor(readonly file: string, options: { readonly?: boolean } = {}) {
@@ -59,7 +68,7 @@ export class EmbeddedEventStore implements EventStore {
       readAll: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE position > ? ORDER BY position LIMIT ?'),
     };
     this.writer = startWriter(file);
-    this.writer.on('message', (message: { id: number; outcomes: AppendOutcome[]; head: number }) => this.settle(message));
+    this.writer.on('message', (message: { id: number; outcomes: AppendOutcome[]; head: number; recorded_at: string }) => this.settle(message));
     this.writer.on('error', (error) => this.failAll(error));
     this.writer.unref();
   }
@@ -87,19 +96,44 @@ export class EmbeddedEventStore implements EventStore {
     this.writer.postMessage({ id, batch: batch.map(({ stream, events, expected }) => ({ stream, events, expected })) });
   }
 
-  private settle({ id, outcomes, head }: { id: number; outcomes: AppendOutcome[]; head: number }): void {
+  private settle({ id, outcomes, head, recorded_at }: { id: number; outcomes: AppendOutcome[]; head: number; recorded_at: string }): void {
     const batch = this.inFlight.get(id);
     if (!batch) return;
     this.inFlight.delete(id);
     this.writer.unref();
     batch.forEach((pending, i) => {
       const outcome = outcomes[i]!;
-      if (outcome.ok) pending.resolve(outcome.result);
-      else pending.reject(reviveError(outcome.error));
+      if (!outcome.ok) {
+        pending.reject(reviveError(outcome.error));
+        return;
+      }
+      if (outcome.written) this.remember(pending, outcome.result, recorded_at);
+      pending.resolve(outcome.result);
     });
     if (head > 0) this.appended.emit('appended', head);
     this.appended.emit('settled');
     this.flush();
+  }
+
+  private remember({ stream, events }: AppendRequest, result: AppendResult, recordedAt: string): void {
+    const first = result.position - events.length + 1;
+    if (this.tail.length > 0 && this.tail[this.tail.length - 1]!.position !== first - 1) this.tail = [];
+    events.forEach((e, i) => {
+      this.tail.push({
+        id: e.id, stream, revision: result.revision - events.length + 1 + i, position: first + i,
+        type: e.type, data: e.data as Record<string, unknown>, metadata: e.metadata, recorded_at: recordedAt,
+      });
+    });
+    if (this.tail.length > 2 * TAIL_SIZE) this.tail = this.tail.slice(-TAIL_SIZE);
+  }
+
+  /** Events after `fromPosition` from the in-memory tail, or undefined when the tail does not cover it. */
+  private fromTail(fromPosition: number, limit: number): RecordedEvent[] | undefined {
+    const tail = this.tail;
+    if (tail.length === 0) return undefined;
+    const start = fromPosition - tail[0]!.position + 1;
+    if (start < 0 || start >= tail.length) return undefined;
+    return tail.slice(start, start + limit);
   }
 
   private failAll(error: unknown): void {
@@ -116,7 +150,9 @@ export class EmbeddedEventStore implements EventStore {
   async readAll(fromPosition: number, options: { limit?: number; filter?: SubscriptionFilter } = {}): Promise<RecordedEvent[]> {
     const limit = options.limit ?? 1000;
     const filter = options.filter;
-    if (!filter || (!filter.types && !filter.streamPrefixes)) return this.stmt.readAll.all(fromPosition, limit).map(toRecorded);
+    if (!filter || (!filter.types && !filter.streamPrefixes)) {
+      return this.fromTail(fromPosition, limit) ?? this.stmt.readAll.all(fromPosition, limit).map(toRecorded);
+    }
     const where: string[] = ['position > ?'];
     const params: unknown[] = [fromPosition];
     if (filter.types) {

@@ -1,0 +1,39 @@
+import t from 'tap';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
+import type { RecordedEvent } from '../../infra/eventstore/port.js';
+
+const meta = { correlation_id: 'c', causation_id: 'c', actor: 't', occurred_at: '2026-01-01T00:00:00.000Z' };
+const event = (n: number) => ({ id: randomUUID(), type: 'Counted', data: { n }, metadata: meta });
+
+t.test('the in-memory tail never hides events another writer appended in between', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-tail-')), 'events.db');
+  // Two stores on one file stand for two processes: each has its own writer thread and tail.
+  const a = new EmbeddedEventStore(file);
+  const b = new EmbeddedEventStore(file);
+  t.teardown(async () => { await a.close(); await b.close(); });
+  const abort = new AbortController();
+  const seen: RecordedEvent[] = [];
+  let n = 0;
+  const total = 600;
+  const subscriber = (async () => {
+    for await (const e of a.subscribeToAll(0, { signal: abort.signal })) {
+      seen.push(e);
+      if (seen.length === total) abort.abort();
+    }
+  })();
+  for (let round = 0; round < 20; round++) {
+    const writer = round % 3 === 2 ? b : a;
+    await Promise.all(Array.from({ length: 10 }, (_, i) => writer.append(`s-${round}-${i}`, [event(n++), event(n++), event(n++)], 'no_stream')));
+  }
+  await subscriber;
+  t.equal(seen.length, total);
+  t.same(seen.map((e) => e.position), Array.from({ length: total }, (_, i) => i + 1), 'every position once, in order');
+  const all = await a.readAll(0, { limit: 10_000 });
+  t.same(all.map((e) => [e.id, e.position, e.revision, e.stream, e.type, e.data]), seen.map((e) => [e.id, e.position, e.revision, e.stream, e.type, e.data]),
+    'what the tail served is what the log holds');
+  t.same(all.map((e) => e.recorded_at), seen.map((e) => e.recorded_at));
+});
