@@ -188,6 +188,7 @@ export class EmbeddedEventStore implements EventStore {
 
   /** Resolves when an append past `position` is committed here, or after a short poll for other processes. */
   private waitForAppend(position: number, signal?: AbortSignal): Promise<void> {
+    if (signal?.aborted) return Promise.resolve();
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);

@@ -217,8 +217,13 @@ export class EmbeddedReadStore implements ReadStore {
       if (field === 'id') {
         clauses.push(`id ${cmp} ?`);
         params.push(id);
+      } else if (value === null) {
+        // SQLite sorts NULL first ascending and last descending, and NULL compares with nothing.
+        clauses.push(order === 'ASC' ? `(${expr} IS NOT NULL OR id > ?)` : `(${expr} IS NULL AND id < ?)`);
+        params.push(id);
       } else {
-        clauses.push(`(${expr} ${cmp} ? OR (${expr} = ? AND id ${cmp} ?))`);
+        const nullsAfter = order === 'DESC' ? ` OR ${expr} IS NULL` : '';
+        clauses.push(`(${expr} ${cmp} ? OR (${expr} = ? AND id ${cmp} ?)${nullsAfter})`);
         params.push(bindable(value), bindable(value), id);
       }
     }

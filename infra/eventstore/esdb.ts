@@ -1,0 +1,372 @@
+import {
+  ANY, BACKWARDS, END, ErrorType, EventStoreDBClient, FORWARDS, NO_STREAM, START, STREAM_EXISTS,
+  eventTypeFilter, excludeSystemEvents, isCommandError, jsonEvent, streamNameFilter,
+} from '@eventstore/db-client';
+import type {
+  AllStreamRecordedEvent, AllStreamResolvedEvent, AllStreamSubscription, AppendExpectedRevision, Filter, JSONType, Position,
+  RecordedEvent as EsdbRecordedEvent, ReadPosition,
+} from '@eventstore/db-client';
+import { WrongExpectedVersionError } from './errors.js';
+import { matchesFilter } from './port.js';
+import type {
+  AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamInfo, SubscriptionFilter,
+} from './port.js';
+
+/*
+ * Positions.
+ *
+ * ESDB addresses an event in $all by {commit, prepare}: byte offsets in its transaction log. Every
+ * append made through gRPC is an "implicit transaction": one prepare record per event, flagged
+ * IsCommitted, with no separate commit record. For those the server reports commit === prepare ===
+ * the event's own log offset, for each event of a multi-event append too (AllReader builds
+ * `CommitEventRecord(event, prepare.LogPosition)`, and live subscriptions get
+ * `EventCommitted(prepare.LogPosition)`), so the commit position alone is unique and strictly
+ * increasing in $all order. That is the number the port sees.
+ *
+ * Resuming from a number P uses {commit: P, prepare: P}, which is exactly the position the server
+ * gave that event. Subscriptions treat it as exclusive; forward reads of $all include the event at
+ * P, so readAll skips it itself.
+ *
+ * Caveat: events written by legacy TCP clients in explicit transactions share one commit position
+ * (the commit record's) and differ only in prepare position; one number cannot address them, and
+ * resuming from (C, C) would skip part of such a transaction. Rather than lose or repeat events
+ * silently, `toPosition` refuses them. Offsets above 2^53 (9 PB of log) are refused for the same reason.
+ */
+function toPosition(position: Position): number {
+  if (position.commit !== position.prepare) {
+    throw new Error(`ESDB position ${position.commit}/${position.prepare} belongs to an explicit transaction: `
+      + 'commit and prepare positions differ, which a single numeric position cannot represent');
+  }
+  if (position.commit > BigInt(Number.MAX_SAFE_INTEGER)) throw new Error(`ESDB position ${position.commit} exceeds 2^53`);
+  return Number(position.commit);
+}
+
+function esdbPosition(position: number): ReadPosition {
+  // No user event sits at 0: the log starts with the epoch record.
+  if (position <= 0) return START;
+  const p = BigInt(position);
+  return { commit: p, prepare: p };
+}
+
+function toExpectedRevision(expected: ExpectedRevision): AppendExpectedRevision {
+  switch (expected) {
+    case 'no_stream': return NO_STREAM;
+    case 'stream_exists': return STREAM_EXISTS;
+    case 'any': return ANY;
+    default: return BigInt(expected);
+  }
+}
+
+/** `$`-prefixed types and streams are ESDB's own: metadata, links of system projections, statistics. */
+function isSystem(event: { type: string; streamId: string }): boolean {
+  return event.type.startsWith('$') || event.streamId.startsWith('$');
+}
+
+function isErrorOfType(error: unknown, type: ErrorType): boolean {
+  return error instanceof Error && isCommandError(error) && error.type === type;
+}
+
+/**
+ * The event store on EventStoreDB / KurrentDB (gRPC client). Needs a user allowed to read $all
+ * (an admin by default) and server 22.6 or later, which reports positions on stream reads.
+ *
+ * Idempotence is ESDB's own: event ids are passed through, and a retried append of the same ids at
+ * the same expected revision succeeds without writing. Unlike the embedded store, ESDB does not keep
+ * event ids unique across the log: the same id appended to another stream (or at the current end of
+ * the same stream) is written again, so DuplicateEventIdError is never raised here; a batch whose ids
+ * match the stream only in part is reported as a WrongExpectedVersionError.
+ */
+export class EsdbEventStore implements EventStore {
+  readonly kind = 'esdb' as const;
+  private readonly client: EventStoreDBClient;
+  private readonly subscriptions = new Set<AllStreamSubscription>();
+  private closed = false;
+
+  constructor(connectionString: string) {
+    this.client = EventStoreDBClient.connectionString(connectionString);
+  }
+
+  async append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    if (this.closed) throw new Error('event store is closed');
+    // An empty append would still write a record in ESDB; check the expectation without writing.
+    if (events.length === 0) return this.checkOnly(stream, expected);
+    try {
+      const result = await this.client.appendToStream(stream, events.map((e) => jsonEvent({
+        id: e.id,
+        type: e.type,
+        data: e.data as JSONType,
+        metadata: e.metadata as unknown as JSONType,
+      })), { expectedRevision: toExpectedRevision(expected) });
+      const revision = Number(result.nextExpectedRevision);
+      // The server answers with the last event's position, also for an idempotent retry (it looks the
+      // event up); older servers may leave it out of a retry's answer (or send -1), so read it back then.
+      const reported = result.position;
+      const position = reported && reported.commit > 0n && reported.commit === reported.prepare
+        && reported.commit <= BigInt(Number.MAX_SAFE_INTEGER)
+        ? Number(reported.commit)
+        : await this.positionOf(stream, revision);
+      return { revision, position };
+    } catch (error) {
+      if (isErrorOfType(error, ErrorType.WRONG_EXPECTED_VERSION)) {
+        const actual = (error as { actualVersion?: bigint | string }).actualVersion;
+        throw new WrongExpectedVersionError(stream, expected, typeof actual === 'bigint' ? Number(actual) : 'no_stream');
+      }
+      throw error;
+    }
+  }
+
+  private async checkOnly(stream: string, expected: ExpectedRevision): Promise<AppendResult> {
+    const info = await this.streamInfo(stream);
+    const current = info ? info.revision : -1;
+    const ok = expected === 'any'
+      || (expected === 'no_stream' && current === -1)
+      || (expected === 'stream_exists' && current >= 0)
+      || expected === current;
+    if (!ok) throw new WrongExpectedVersionError(stream, expected, current === -1 ? 'no_stream' : current);
+    return { revision: current, position: info?.last_position ?? 0 };
+  }
+
+  /** The position of one event of a stream; falls back to the head, a safe upper bound as a consistency token. */
+  private async positionOf(stream: string, revision: number): Promise<number> {
+    const [event] = await this.readStream(stream, { fromRevision: revision, limit: 1 });
+    return event && event.position > 0 ? event.position : this.headPosition();
+  }
+
+  async readStream(stream: string, options: { fromRevision?: number; limit?: number } = {}): Promise<RecordedEvent[]> {
+    const from = options.fromRevision ?? 0;
+    if (options.limit === 0) return [];
+    const read = await drainStream(this.client.readStream(stream, {
+      fromRevision: from > 0 ? BigInt(from) : START,
+      direction: FORWARDS,
+      ...(options.limit !== undefined && options.limit > 0 ? { maxCount: options.limit } : {}),
+    }));
+    return read.flatMap((resolved) => (resolved.event ? [toRecorded(resolved.event, false)] : []));
+  }
+
+  /**
+   * Pages through $all forwards from `fromPosition`. This client has no server-side filter for reads,
+   * so system events and the caller's filter are applied here, page after page, until `limit` events
+   * are found or the end of the log is reached.
+   */
+  async readAll(fromPosition: number, options: { limit?: number; filter?: SubscriptionFilter } = {}): Promise<RecordedEvent[]> {
+    const limit = options.limit ?? 1000;
+    const found: RecordedEvent[] = [];
+    let after = fromPosition;
+    while (found.length < limit) {
+      const pageSize = Math.min(Math.max(limit - found.length + 1, 64), 4096);
+      const page = await drain(this.client.readAll({ fromPosition: esdbPosition(after), maxCount: pageSize, direction: FORWARDS }));
+      for (const { event } of page) {
+        if (!event) continue;
+        const position = toPosition(event.position);
+        if (position <= after) continue; // the read starts at `after` inclusive
+        after = position;
+        if (isSystem(event)) continue;
+        const recorded = toRecorded(event, true);
+        if (matchesFilter(recorded, options.filter)) found.push(recorded);
+      }
+      if (page.length < pageSize) break;
+    }
+    return found.slice(0, limit);
+  }
+
+  /**
+   * A catch-up subscription pulled with `for await`: the client's subscription is a Node stream
+   * piped from the gRPC call, so while the consumer is busy the stream's buffer fills, gRPC flow
+   * control stops the server, and nothing runs ahead of the consumer.
+   */
+  async *subscribeToAll(from: number, options: { filter?: SubscriptionFilter; signal?: AbortSignal } = {}): AsyncIterable<RecordedEvent> {
+    const { filter, signal } = options;
+    if (signal?.aborted || this.closed) return;
+    const subscription = this.client.subscribeToAll({ fromPosition: esdbPosition(from), filter: serverFilter(filter) });
+    this.subscriptions.add(subscription);
+    // Destroying the stream settles a pending read at once; unsubscribe (finally) cancels the gRPC call.
+    const stop = () => { subscription.destroy(); };
+    signal?.addEventListener('abort', stop, { once: true });
+    const iterator = subscription[Symbol.asyncIterator]();
+    try {
+      for (;;) {
+        let next: IteratorResult<{ event?: AllStreamRecordedEvent }>;
+        try {
+          next = await iterator.next();
+        } catch (error) {
+          if (signal?.aborted || this.closed) return; // our own destroy(): premature close
+          throw error;
+        }
+        if (next.done) return;
+        const event = next.value.event;
+        if (!event || isSystem(event)) continue;
+        const recorded = toRecorded(event, true);
+        // The server filter is a pre-selection (one criterion only); the port's filter is exact.
+        if (recorded.position <= from || !matchesFilter(recorded, filter)) continue;
+        yield recorded;
+        if (signal?.aborted) return;
+      }
+    } finally {
+      signal?.removeEventListener('abort', stop);
+      this.subscriptions.delete(subscription);
+      subscription.destroy();
+      await subscription.unsubscribe().catch(() => undefined);
+    }
+  }
+
+  /** The last non-system event of $all, read backwards page by page (system events may follow ours). */
+  async headPosition(): Promise<number> {
+    let from: ReadPosition = END;
+    for (;;) {
+      const page: AllStreamResolvedEvent[] = await drain(this.client.readAll({ fromPosition: from, maxCount: 64, direction: BACKWARDS }));
+      const events = page.flatMap((resolved) => (resolved.event ? [resolved.event] : []));
+      const found = events.find((event) => !isSystem(event));
+      if (found) return toPosition(found.position);
+      const last = events.at(-1);
+      if (page.length < 64 || !last) return 0;
+      from = last.position; // backwards reads exclude the event at `from`
+    }
+  }
+
+  /**
+   * ESDB has no index of stream names. The `$streams` system projection (enabled with
+   * `--run-projections=System` or `All`) keeps a link to the first event of every stream; it is read
+   * in full on every call, sorted and filtered here: O(streams). Without it the whole of $all is
+   * scanned: O(events), acceptable for an operator command on a small store only. Each returned
+   * stream then costs two reads (its first and last events).
+   */
+  async listStreams(options: { prefix?: string; limit?: number; after?: string } = {}): Promise<StreamInfo[]> {
+    const prefix = options.prefix ?? '';
+    const after = options.after ?? '';
+    const limit = options.limit ?? 100;
+    const names = (await this.streamNames()).filter((n) => n.startsWith(prefix) && n > after).sort();
+    const infos: StreamInfo[] = [];
+    for (const name of names) {
+      if (infos.length >= limit) break;
+      const info = await this.streamInfo(name); // undefined for a deleted stream still linked from $streams
+      if (info) infos.push(info);
+    }
+    return infos;
+  }
+
+  private async streamNames(): Promise<string[]> {
+    const names = new Set<string>();
+    try {
+      for await (const { event } of this.client.readStream('$streams', { resolveLinkTos: false })) {
+        const name = event ? linkTarget(event.data) : undefined;
+        if (name && !name.startsWith('$')) names.add(name);
+      }
+      return [...names];
+    } catch (error) {
+      if (!isErrorOfType(error, ErrorType.STREAM_NOT_FOUND)) throw error;
+    }
+    for await (const { event } of this.client.readAll({ direction: FORWARDS })) {
+      if (event && !isSystem(event)) names.add(event.streamId);
+    }
+    return [...names];
+  }
+
+  /**
+   * First and last events of the stream. `event_count` assumes no gaps, true for ESDB revisions; a
+   * stream truncated by $maxAge/$maxCount/$tb counts only the events it still holds.
+   */
+  async streamInfo(stream: string): Promise<StreamInfo | undefined> {
+    const last = await this.readOne(stream, BACKWARDS);
+    if (!last) return undefined;
+    const first = await this.readOne(stream, FORWARDS);
+    if (!first) return undefined;
+    return {
+      stream,
+      revision: Number(last.revision),
+      event_count: Number(last.revision - first.revision) + 1,
+      first_position: first.position ? Number(first.position.commit) : 0,
+      last_position: last.position ? Number(last.position.commit) : 0,
+      created_at: first.created.toISOString(),
+      updated_at: last.created.toISOString(),
+    };
+  }
+
+  private async readOne(stream: string, direction: typeof FORWARDS | typeof BACKWARDS): Promise<EsdbRecordedEvent | undefined> {
+    const read = await drainStream(this.client.readStream(stream, {
+      direction, fromRevision: direction === FORWARDS ? START : END, maxCount: 1,
+    }));
+    return read.find((resolved) => resolved.event)?.event;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const subscription of this.subscriptions) subscription.destroy();
+    await this.client.dispose();
+  }
+}
+
+/**
+ * ESDB filters on one thing only, so the server gets the narrower criterion (exact types as an
+ * anchored regex, else stream prefixes, else "no system events") and matchesFilter does the rest.
+ */
+function serverFilter(filter?: SubscriptionFilter): Filter {
+  if (filter?.types) {
+    const alternatives = filter.types.map((t) => t.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+    // An empty list matches nothing; a regex that cannot match keeps the server doing the skipping.
+    return eventTypeFilter({ regex: alternatives.length > 0 ? `^(?:${alternatives.join('|')})$` : '(?!)' });
+  }
+  if (filter?.streamPrefixes && filter.streamPrefixes.length > 0) return streamNameFilter({ prefixes: filter.streamPrefixes });
+  return excludeSystemEvents();
+}
+
+/**
+ * Reads a client read stream to its end. Loops over reads never stop early: leaving a `for await`
+ * destroys the client's stream but not the gRPC call piped into it, which would stay open.
+ */
+async function drain<T>(reading: AsyncIterable<T>): Promise<T[]> {
+  const items: T[] = [];
+  for await (const item of reading) items.push(item);
+  return items;
+}
+
+/** drain() for a stream read: a stream that does not exist reads as empty. */
+async function drainStream<T>(reading: AsyncIterable<T>): Promise<T[]> {
+  try {
+    return await drain(reading);
+  } catch (error) {
+    if (isErrorOfType(error, ErrorType.STREAM_NOT_FOUND)) return [];
+    throw error;
+  }
+}
+
+/** A link event's data is `<revision>@<stream>`. */
+function linkTarget(data: unknown): string | undefined {
+  const text = typeof data === 'string' ? data : data instanceof Uint8Array ? Buffer.from(data).toString('utf8') : undefined;
+  const at = text?.indexOf('@') ?? -1;
+  return text !== undefined && at >= 0 ? text.slice(at + 1) : undefined;
+}
+
+/**
+ * `strict` for $all reads, where the position is the checkpoint: it must be exact. Stream reads only
+ * inform (commands use revisions), and servers before 22.6 do not send positions there at all.
+ */
+function toRecorded(event: EsdbRecordedEvent, strict: boolean): RecordedEvent {
+  const position = strict
+    ? toPosition(event.position!)
+    : event.position ? Number(event.position.commit) : 0;
+  return {
+    id: event.id,
+    stream: event.streamId,
+    revision: Number(event.revision),
+    position,
+    type: event.type,
+    data: decodeData(event.data),
+    metadata: (decodeData(event.metadata ?? {}) as unknown) as EventMetadata,
+    recorded_at: event.created.toISOString(),
+  };
+}
+
+/** Events written by this adapter are JSON; anything else written by other tools is decoded if it can be. */
+function decodeData(data: unknown): Record<string, unknown> {
+  if (data instanceof Uint8Array) {
+    if (data.length === 0) return {};
+    const text = Buffer.from(data).toString('utf8');
+    try {
+      return JSON.parse(text) as Record<string, unknown>;
+    } catch {
+      return { raw: Buffer.from(data).toString('base64') };
+    }
+  }
+  return (data ?? {}) as Record<string, unknown>;
+}

@@ -1,0 +1,419 @@
+import { MongoClient, MongoServerError } from 'mongodb';
+import type { ClientSession, Collection, Db, Document, Filter, Sort } from 'mongodb';
+import {
+  decodeCursor, encodeCursor,
+  type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page,
+  type ProjectionWriter, type ReadStore, type Stored, type Where,
+} from './port.js';
+
+const NAME = /^[a-z][a-z0-9_]{0,62}$/;
+const FIELD = /^[A-Za-z_][A-Za-z0-9_.]{0,127}$/;
+const DUPLICATE_KEY = 11000;
+const NAMESPACE_EXISTS = 48;
+
+type Slot = 'live' | 'rebuild';
+
+interface CheckpointDoc {
+  _id: string;
+  projection: string;
+  slot: Slot;
+  position: number;
+  generation: number;
+  /** ISO string, as the embedded store returns it. */
+  updated_at: string | null;
+}
+
+interface RegistryDoc {
+  _id: string;
+  projection: string;
+  indexes: string[][];
+}
+
+/** A read-model document as stored: the domain fields, `_id` = id, and the guard fields. */
+interface StoredDoc extends Document {
+  _id: string;
+  _position: number;
+  _deleted: boolean;
+}
+
+/** What queries return: the domain fields and `_position`, like the embedded store. */
+const VISIBLE = { _id: 0, _deleted: 0 } as const;
+
+/**
+ * Read models in MongoDB, with the embedded store's semantics:
+ * - physical collections `<collection>__g<generation>`, so a rebuild fills a fresh generation while
+ *   the live one keeps serving, and the swap is one update of the live checkpoint;
+ * - `_checkpoints` `{_id: "<projection>:<slot>", projection, slot, position, generation, updated_at}`
+ *   and the `_collections` registry `{_id: name, projection, indexes}`;
+ * - documents `{_id: id, ...doc, _position, _deleted}`; deletes leave an invisible tombstone.
+ *
+ * applyBatch writes documents and the checkpoint in one transaction when the deployment has them
+ * (replica set or sharded cluster). On a standalone server it cannot: documents are written first,
+ * then the checkpoint with a conditional update. A crash or a failing batch in between leaves
+ * documents ahead of the checkpoint (visible to queries); the projection re-applies the same events
+ * from the checkpoint and the position guard makes that a no-op.
+ */
+export class MongoReadStore implements ReadStore {
+  readonly kind = 'mongodb' as const;
+  private readonly checkpoints: Collection<CheckpointDoc>;
+  private readonly registry: Collection<RegistryDoc>;
+
+  private constructor(
+    private readonly client: MongoClient,
+    private readonly db: Db,
+    /** Whether applyBatch runs in a multi-document transaction (replica set or mongos). */
+    readonly transactions: boolean,
+  ) {
+    this.checkpoints = db.collection<CheckpointDoc>('_checkpoints');
+    this.registry = db.collection<RegistryDoc>('_collections');
+  }
+
+  static async connect(url: string, dbName: string): Promise<MongoReadStore> {
+    const client = new MongoClient(url);
+    await client.connect();
+    try {
+      const db = client.db(dbName);
+      const hello = await db.admin().command({ hello: 1 });
+      const transactions = typeof hello.setName === 'string' || hello.msg === 'isdbgrid';
+      await db.collection('_checkpoints').createIndex({ slot: 1, projection: 1 });
+      await db.collection('_collections').createIndex({ projection: 1 });
+      return new MongoReadStore(client, db, transactions);
+    } catch (error) {
+      await client.close();
+      throw error;
+    }
+  }
+
+  async register(projection: string, collections: CollectionSpec[]): Promise<void> {
+    for (const c of collections) {
+      if (!NAME.test(c.name)) throw new Error(`invalid collection name ${c.name}`);
+      for (const index of c.indexes ?? []) for (const f of index) if (!FIELD.test(f)) throw new Error(`invalid index field ${f}`);
+    }
+    await ignoreDuplicateKey(this.checkpoints.updateOne(
+      { _id: slotId(projection, 'live') },
+      { $setOnInsert: { projection, slot: 'live', position: 0, generation: 1, updated_at: null } },
+      { upsert: true },
+    ));
+    for (const c of collections) {
+      await this.registry.updateOne({ _id: c.name }, { $set: { projection, indexes: c.indexes ?? [] } }, { upsert: true });
+    }
+    const live = (await this.slot(projection, 'live'))!;
+    await this.createCollections(projection, live.generation);
+  }
+
+  private async collectionsOf(projection: string): Promise<RegistryDoc[]> {
+    return this.registry.find({ projection }).toArray();
+  }
+
+  /** Collections are created up front: a transaction should not have to create them implicitly. */
+  private async createCollections(projection: string, generation: number): Promise<void> {
+    for (const c of await this.collectionsOf(projection)) {
+      const name = physicalName(c._id, generation);
+      try {
+        await this.db.createCollection(name);
+      } catch (error) {
+        if (!(error instanceof MongoServerError && error.code === NAMESPACE_EXISTS)) throw error;
+      }
+      for (const fields of c.indexes) {
+        const keys: Record<string, 1> = { _deleted: 1 };
+        for (const f of fields) keys[f] = 1;
+        keys._id = 1;
+        await this.db.collection(name).createIndex(keys);
+      }
+    }
+  }
+
+  private async dropCollections(projection: string, generation: number): Promise<void> {
+    for (const c of await this.collectionsOf(projection)) await this.db.dropCollection(physicalName(c._id, generation));
+  }
+
+  private async slot(projection: string, slot: Slot, session?: ClientSession): Promise<CheckpointInfo | undefined> {
+    const doc = await this.checkpoints.findOne({ _id: slotId(projection, slot) }, { session });
+    return doc ? toCheckpoint(doc) : undefined;
+  }
+
+  async checkpoint(projection: string): Promise<CheckpointInfo> {
+    return (await this.slot(projection, 'live')) ?? { projection, position: 0, generation: 1, updated_at: null };
+  }
+
+  async listCheckpoints(): Promise<CheckpointInfo[]> {
+    const docs = await this.checkpoints.find({ slot: 'live' }).sort({ projection: 1 }).toArray();
+    return docs.map(toCheckpoint);
+  }
+
+  async applyBatch(projection: string, expected: { position: number; generation: number }, position: number,
+    fn: (writer: ProjectionWriter) => Promise<void>, target?: { rebuild: true }): Promise<boolean> {
+    const slotName: Slot = target?.rebuild ? 'rebuild' : 'live';
+    return this.transactions
+      ? this.applyInTransaction(projection, slotName, expected, position, fn)
+      : this.applyInSequence(projection, slotName, expected, position, fn);
+  }
+
+  /**
+   * Checkpoint read, documents and checkpoint update in one snapshot transaction: a concurrent batch
+   * or rebuild swap touching the same checkpoint makes one of them fail with a write conflict, and
+   * the runner starts again from the stored checkpoint. Not retried here on purpose (withTransaction
+   * would re-run `fn`): the runner already retries the whole batch.
+   */
+  private async applyInTransaction(projection: string, slotName: Slot, expected: { position: number; generation: number },
+    position: number, fn: (writer: ProjectionWriter) => Promise<void>): Promise<boolean> {
+    const session = this.client.startSession();
+    try {
+      session.startTransaction({ readConcern: { level: 'snapshot' }, writeConcern: { w: 'majority' }, readPreference: 'primary' });
+      const stored = await this.slot(projection, slotName, session);
+      if (!stored || stored.position !== expected.position || stored.generation !== expected.generation) {
+        await session.abortTransaction();
+        return false;
+      }
+      await fn(this.writer(projection, stored.generation, session));
+      const moved = await this.checkpoints.updateOne(
+        { _id: slotId(projection, slotName), position: expected.position, generation: expected.generation },
+        { $set: { position, updated_at: new Date().toISOString() } },
+        { session },
+      );
+      if (moved.matchedCount === 0) {
+        await session.abortTransaction();
+        return false;
+      }
+      await commitWithRetry(session);
+      return true;
+    } catch (error) {
+      if (session.inTransaction()) await session.abortTransaction().catch(() => undefined);
+      throw error;
+    } finally {
+      await session.endSession();
+    }
+  }
+
+  /** Without transactions: check the checkpoint first, write documents, then move the checkpoint conditionally. */
+  private async applyInSequence(projection: string, slotName: Slot, expected: { position: number; generation: number },
+    position: number, fn: (writer: ProjectionWriter) => Promise<void>): Promise<boolean> {
+    const stored = await this.slot(projection, slotName);
+    if (!stored || stored.position !== expected.position || stored.generation !== expected.generation) return false;
+    await fn(this.writer(projection, stored.generation));
+    const moved = await this.checkpoints.updateOne(
+      { _id: slotId(projection, slotName), position: expected.position, generation: expected.generation },
+      { $set: { position, updated_at: new Date().toISOString() } },
+    );
+    if (moved.matchedCount === 1) return true;
+    // The checkpoint moved while we wrote. If a rebuild swap dropped our generation meanwhile, our
+    // writes may have recreated its collections: drop them again, nothing reads them.
+    const live = await this.slot(projection, 'live');
+    const rebuild = await this.slot(projection, 'rebuild');
+    if (live?.generation !== stored.generation && rebuild?.generation !== stored.generation) {
+      await this.dropCollections(projection, stored.generation);
+    }
+    return false;
+  }
+
+  private writer(projection: string, generation: number, session?: ClientSession): ProjectionWriter {
+    const collection = async (name: string) => {
+      const owner = await this.projectionOf(name, session);
+      if (owner !== projection) throw new Error(`projection ${projection} may not write ${name} (owned by ${owner})`);
+      return this.db.collection<StoredDoc>(physicalName(name, generation));
+    };
+    return {
+      get: async <T extends Doc>(name: string, id: string) => getFrom<T>(await collection(name), id, session),
+      find: async <T extends Doc>(name: string, options: FindOptions) => findIn<T>(await collection(name), options, session),
+      put: async <T extends Doc>(name: string, doc: T, position: number) => {
+        // The same normalisation as the embedded store's JSON column: undefined dropped, dates as strings.
+        const fields = JSON.parse(JSON.stringify(doc)) as Record<string, unknown>;
+        await guardedReplace(await collection(name), doc.id, { _id: doc.id, ...fields, _position: position, _deleted: false }, session);
+      },
+      delete: async (name: string, id: string, position: number) => {
+        await guardedReplace(await collection(name), id, { _id: id, _position: position, _deleted: true }, session);
+      },
+    };
+  }
+
+  private async projectionOf(collection: string, session?: ClientSession): Promise<string> {
+    const doc = await this.registry.findOne({ _id: collection }, { session });
+    if (!doc) throw new Error(`unknown collection ${collection}`);
+    return doc.projection;
+  }
+
+  /** The live physical collection (resolved on every query: a rebuild in another process may have swapped it). */
+  private async liveCollection(collection: string): Promise<Collection<StoredDoc>> {
+    const projection = await this.projectionOf(collection);
+    const live = await this.slot(projection, 'live');
+    if (!live) throw new Error(`unknown collection ${collection}`);
+    return this.db.collection<StoredDoc>(physicalName(collection, live.generation));
+  }
+
+  async get<T extends Doc>(collection: string, id: string): Promise<Stored<T> | undefined> {
+    return getFrom<T>(await this.liveCollection(collection), id);
+  }
+
+  async find<T extends Doc>(collection: string, options: FindOptions = {}): Promise<Page<Stored<T>>> {
+    return findIn<T>(await this.liveCollection(collection), options);
+  }
+
+  async count(collection: string, where?: Where): Promise<number> {
+    return (await this.liveCollection(collection)).countDocuments(whereFilter(where));
+  }
+
+  async startRebuild(projection: string): Promise<CheckpointInfo> {
+    const live = await this.slot(projection, 'live');
+    if (!live) throw new Error(`unknown projection ${projection}`);
+    const previous = await this.slot(projection, 'rebuild');
+    if (previous && previous.generation !== live.generation) await this.dropCollections(projection, previous.generation);
+    const generation = Math.max(live.generation, previous?.generation ?? 0) + 1;
+    // Leftovers of a start that crashed before recording its generation would otherwise be reused.
+    await this.dropCollections(projection, generation);
+    await this.checkpoints.updateOne(
+      { _id: slotId(projection, 'rebuild') },
+      { $set: { projection, slot: 'rebuild', position: 0, generation, updated_at: new Date().toISOString() } },
+      { upsert: true },
+    );
+    await this.createCollections(projection, generation);
+    return (await this.slot(projection, 'rebuild'))!;
+  }
+
+  async rebuildCheckpoint(projection: string): Promise<CheckpointInfo | undefined> {
+    return this.slot(projection, 'rebuild');
+  }
+
+  /**
+   * The swap is the single update of the live checkpoint (position and generation together): queries
+   * resolve the live generation from it, and a live batch still expecting the old generation no longer
+   * matches it. The old generation is dropped afterwards (collection drops cannot run in a transaction).
+   */
+  async finishRebuild(projection: string): Promise<CheckpointInfo> {
+    const rebuilt = await this.slot(projection, 'rebuild');
+    const live = await this.slot(projection, 'live');
+    if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
+    if (rebuilt.generation !== live.generation) {
+      const swapped = await this.checkpoints.updateOne(
+        { _id: slotId(projection, 'live'), generation: live.generation },
+        { $set: { position: rebuilt.position, generation: rebuilt.generation, updated_at: new Date().toISOString() } },
+      );
+      if (swapped.matchedCount === 0) throw new Error(`the live checkpoint of ${projection} changed during finishRebuild`);
+    }
+    // A swap interrupted after the update above leaves rebuild === live: finishing again only clears the slot.
+    await this.checkpoints.deleteOne({ _id: slotId(projection, 'rebuild'), generation: rebuilt.generation });
+    if (rebuilt.generation !== live.generation) await this.dropCollections(projection, live.generation);
+    return (await this.slot(projection, 'live'))!;
+  }
+
+  async close(): Promise<void> {
+    await this.client.close();
+  }
+}
+
+function slotId(projection: string, slot: Slot): string {
+  return `${projection}:${slot}`;
+}
+
+function physicalName(collection: string, generation: number): string {
+  return `${collection}__g${generation}`;
+}
+
+function toCheckpoint(doc: CheckpointDoc): CheckpointInfo {
+  return { projection: doc.projection, position: doc.position, generation: doc.generation, updated_at: doc.updated_at };
+}
+
+async function ignoreDuplicateKey(write: Promise<unknown>): Promise<void> {
+  try {
+    await write;
+  } catch (error) {
+    if (!(error instanceof MongoServerError && error.code === DUPLICATE_KEY)) throw error;
+  }
+}
+
+/** Retries only the commit itself when its outcome is unknown (the driver's documented pattern). */
+async function commitWithRetry(session: ClientSession): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await session.commitTransaction();
+      return;
+    } catch (error) {
+      if (attempt < 3 && error instanceof MongoServerError && error.hasErrorLabel('UnknownTransactionCommitResult')) continue;
+      throw error;
+    }
+  }
+}
+
+/**
+ * Replaces the document unless it already reflects `stored._position` or later, in one atomic update:
+ * a pipeline keeps `$$ROOT` when the stored position is not older. Unlike a filter on `_position`
+ * with an upsert, it never turns "already applied" into a duplicate-key error, which inside a
+ * transaction would abort the whole batch (e.g. a projection writing the same document twice for
+ * one event). `$literal` keeps `$`-strings in the document from being read as expressions.
+ */
+async function guardedReplace(collection: Collection<StoredDoc>, id: string, stored: StoredDoc, session?: ClientSession): Promise<void> {
+  const update = [{
+    $replaceWith: {
+      $cond: {
+        if: { $lt: [{ $ifNull: ['$_position', -1] }, stored._position] },
+        then: { $literal: stored },
+        else: '$$ROOT',
+      },
+    },
+  }];
+  try {
+    await collection.updateOne({ _id: id }, update, { upsert: true, session });
+  } catch (error) {
+    // Two upserts of a new id racing: the server retries these itself since 4.2; once more for older ones.
+    if (!(error instanceof MongoServerError && error.code === DUPLICATE_KEY)) throw error;
+    await collection.updateOne({ _id: id }, update, { upsert: true, session });
+  }
+}
+
+async function getFrom<T extends Doc>(collection: Collection<StoredDoc>, id: string, session?: ClientSession): Promise<Stored<T> | undefined> {
+  const doc = await collection.findOne({ _id: id, _deleted: false }, { projection: VISIBLE, session });
+  return (doc ?? undefined) as Stored<T> | undefined;
+}
+
+function path(field: string): string {
+  return field === 'id' ? '_id' : field;
+}
+
+function whereFilter(where: Where = {}): Filter<StoredDoc> {
+  const filter: Document = { _deleted: false };
+  for (const [field, condition] of Object.entries(where)) {
+    if (!FIELD.test(field)) throw new Error(`invalid field ${field}`);
+    // `null` matches a missing field too, as SQL's IS NULL on json_extract does.
+    filter[path(field)] = condition !== null && typeof condition === 'object' ? { $in: condition.$in } : condition;
+  }
+  return filter as Filter<StoredDoc>;
+}
+
+/**
+ * The documents after a cursor `[value, id]` in the order (field, id), both ascending or both
+ * descending. Nulls (and missing fields) sort first ascending and last descending, as in SQLite;
+ * range operators never match null, so null is handled explicitly.
+ */
+function afterCursor(field: string, value: FieldValue, id: string, order: 'asc' | 'desc'): Document {
+  const cmp = order === 'desc' ? '$lt' : '$gt';
+  if (field === 'id') return { _id: { [cmp]: id } };
+  const f = path(field);
+  const tie = { [f]: value, _id: { [cmp]: id } };
+  if (value === null) return order === 'asc' ? { $or: [{ [f]: { $ne: null } }, tie] } : tie;
+  const beyond = { [f]: { [cmp]: value } };
+  return order === 'asc' ? { $or: [beyond, tie] } : { $or: [beyond, tie, { [f]: null }] };
+}
+
+async function findIn<T extends Doc>(collection: Collection<StoredDoc>, options: FindOptions, session?: ClientSession): Promise<Page<Stored<T>>> {
+  const field = options.sort?.field ?? 'id';
+  if (!FIELD.test(field)) throw new Error(`invalid sort field ${field}`);
+  const order = options.sort?.order === 'desc' ? 'desc' : 'asc';
+  const direction = order === 'desc' ? -1 : 1;
+  const filter: Document = whereFilter(options.where);
+  if (options.cursor) {
+    const [value, id] = decodeCursor(options.cursor);
+    filter.$and = [afterCursor(field, value, id, order)];
+  }
+  const sort: Sort = field === 'id' ? { _id: direction } : { [path(field)]: direction, _id: direction };
+  const limit = options.limit ?? 100;
+  const docs = await collection.find(filter as Filter<StoredDoc>, { projection: VISIBLE, sort, limit: limit + 1, session }).toArray();
+  const items = docs.slice(0, limit) as unknown as Array<Stored<T>>;
+  const last = items.at(-1);
+  const next = docs.length > limit && last ? encodeCursor(field === 'id' ? last.id : getPath(last, field), last.id) : null;
+  return { items, next_cursor: next };
+}
+
+function getPath(doc: Record<string, unknown>, field: string): FieldValue {
+  let value: unknown = doc;
+  for (const key of field.split('.')) value = (value as Record<string, unknown> | undefined)?.[key];
+  return (value ?? null) as FieldValue;
+}

@@ -1,0 +1,407 @@
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import t, { type Test } from 'tap';
+import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
+import { DuplicateEventIdError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
+import type { EventStore, RecordedEvent } from '../../infra/eventstore/port.js';
+import { newEvent, runWriter, type Ack, type WriterPlan } from './fixtures/writers.js';
+
+/** What the contract needs to know about one adapter under test. */
+interface Subject {
+  store: EventStore;
+  /** The log was empty when opened. */
+  fresh: boolean;
+  /** The store's file, when other processes can open it too (embedded). */
+  file?: string;
+}
+
+const WRITERS = 8;
+const EVENTS_PER_WRITER = 250;
+const WRITER_SCRIPT = fileURLToPath(new URL('./fixtures/writer-process.ts', import.meta.url));
+
+/** The one contract, run against every adapter. */
+async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promise<void> {
+  const subject = await open();
+  const { store } = subject;
+  t.teardown(() => store.close());
+  // Every stream of this run starts with `run`, so a server shared across runs keeps them apart.
+  const run = `c${randomUUID().slice(0, 8)}`;
+  const s = (name: string) => `${run}-${name}`;
+
+  await t.test('append to a new stream with no_stream', async (t) => {
+    const head = await store.headPosition();
+    if (subject.fresh) t.equal(head, 0, 'an empty log has head 0');
+    const a = newEvent('Alpha', { n: 1, nested: { ok: true } });
+    const b = newEvent('Beta', { n: 2 });
+    const result = await store.append(s('new'), [a, b], 'no_stream');
+    t.equal(result.revision, 1, 'revision of the last event');
+    t.ok(result.position > head, 'position moves forward');
+    const read = await store.readStream(s('new'));
+    t.same(read.map((e) => [e.id, e.stream, e.revision, e.type]), [[a.id, s('new'), 0, 'Alpha'], [b.id, s('new'), 1, 'Beta']]);
+    t.same(read[0]!.data, a.data);
+    t.same(read[0]!.metadata, a.metadata);
+    t.ok(read[0]!.position < read[1]!.position, 'events of one append get increasing positions');
+    t.equal(read[1]!.position, result.position, 'the result is the last event\'s position');
+    t.match(read[0]!.recorded_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/);
+    t.equal(await store.headPosition(), result.position, 'head is the last appended event');
+    const conflict = await expectError(store.append(s('new'), [newEvent('Gamma', {})], 'no_stream'), WrongExpectedVersionError);
+    t.match(conflict, { stream: s('new'), expected: 'no_stream', actual: 1 });
+  });
+
+  await t.test('append with the right numeric revision', async (t) => {
+    const c = newEvent('Gamma', { n: 3 });
+    const result = await store.append(s('new'), [c], 1);
+    t.equal(result.revision, 2);
+    t.same((await store.readStream(s('new'))).map((e) => e.revision), [0, 1, 2]);
+  });
+
+  await t.test('a wrong revision fails and writes nothing', async (t) => {
+    const head = await store.headPosition();
+    const d = newEvent('Delta', { n: 4 });
+    t.match(await expectError(store.append(s('new'), [d], 0), WrongExpectedVersionError), { expected: 0, actual: 2 }, 'behind');
+    t.match(await expectError(store.append(s('new'), [d], 7), WrongExpectedVersionError), { expected: 7, actual: 2 }, 'ahead');
+    t.match(await expectError(store.append(s('missing'), [d], 0), WrongExpectedVersionError), { actual: 'no_stream' }, 'no stream');
+    t.equal((await store.readStream(s('new'))).length, 3);
+    t.same(await store.readStream(s('missing')), []);
+    t.equal(await store.headPosition(), head);
+    t.same(await store.readAll(head), [], 'nothing reached the log');
+    t.equal((await store.append(s('new'), [d], 2)).revision, 3, 'the rejected event id was not burnt');
+  });
+
+  await t.test('stream_exists and any', async (t) => {
+    const e = newEvent('Alpha', {});
+    t.match(await expectError(store.append(s('absent'), [e], 'stream_exists'), WrongExpectedVersionError),
+      { expected: 'stream_exists', actual: 'no_stream' });
+    t.equal(await store.streamInfo(s('absent')), undefined, 'a failed append does not create the stream');
+    t.same(await store.readStream(s('absent')), []);
+    t.equal((await store.append(s('new'), [e], 'stream_exists')).revision, 4);
+    t.equal((await store.append(s('any'), [newEvent('Alpha', {})], 'any')).revision, 0, 'any creates a stream');
+    t.equal((await store.append(s('any'), [newEvent('Alpha', {})], 'any')).revision, 1, 'and appends to it');
+  });
+
+  await t.test('an idempotent re-append returns the same result and writes nothing', async (t) => {
+    const [e1, e2, e3] = [newEvent('Alpha', { i: 1 }), newEvent('Beta', { i: 2 }), newEvent('Gamma', { i: 3 })];
+    const first = await store.append(s('retry'), [e1, e2], 'no_stream');
+    const head = await store.headPosition();
+    t.same(await store.append(s('retry'), [e1, e2], 'no_stream'), first, 'same ids at the same place');
+    const third = await store.append(s('retry'), [e3], 1);
+    t.same(await store.append(s('retry'), [e3], 1), third, 'with a numeric revision too');
+    t.same((await store.readStream(s('retry'))).map((e) => e.id), [e1.id, e2.id, e3.id], 'each event once');
+    t.equal((await store.readAll(head)).length, 1, 'only the third event reached the log');
+  });
+
+  await t.test('an event id reused elsewhere', async (t) => {
+    const [e1] = await store.readStream(s('retry'), { limit: 1 });
+    const reused = { ...newEvent('Alpha', {}), id: e1!.id };
+    const fresh = newEvent('Beta', {});
+    if (store.kind === 'embedded') {
+      await expectError(store.append(s('elsewhere'), [reused], 'no_stream'), DuplicateEventIdError);
+      t.same(await store.readStream(s('elsewhere')), [], 'in another stream: rejected');
+      await expectError(store.append(s('retry'), [fresh, reused], 2), DuplicateEventIdError);
+      t.pass('after a new event, at the end of the same stream: rejected');
+      await expectError(store.append(s('retry'), [reused, fresh], 0), DuplicateEventIdError);
+      t.pass('matching the stream only in part: rejected');
+    } else {
+      // ESDB keeps no index of event ids: idempotence holds only for a retry at the same place,
+      // and an id appended to another stream is simply written again.
+      t.equal((await store.append(s('elsewhere'), [reused], 'no_stream')).revision, 0, 'in another stream: written (no global id index)');
+      await expectError(store.append(s('retry'), [reused, fresh], 0), WrongExpectedVersionError);
+      t.pass('matching the stream only in part: a version conflict');
+    }
+    t.equal((await store.readStream(s('retry'))).length, 3, 'the original stream is unchanged');
+  });
+
+  await t.test('readStream: order, fromRevision, limit', async (t) => {
+    const events = Array.from({ length: 5 }, (_, i) => newEvent('Alpha', { i }));
+    await store.append(s('read'), events.slice(0, 2), 'no_stream');
+    await store.append(s('read'), events.slice(2), 1);
+    const all = await store.readStream(s('read'));
+    t.same(all.map((e) => [e.revision, e.id]), events.map((e, i) => [i, e.id]));
+    t.same((await store.readStream(s('read'), { fromRevision: 2 })).map((e) => e.revision), [2, 3, 4]);
+    t.same((await store.readStream(s('read'), { fromRevision: 2, limit: 2 })).map((e) => e.revision), [2, 3]);
+    t.same(await store.readStream(s('read'), { fromRevision: 5 }), []);
+    t.same(await store.readStream(s('never-written')), []);
+  });
+
+  await t.test('readAll: exclusive fromPosition, limit, filters', async (t) => {
+    const from = await store.headPosition();
+    const [a1, b1, g1, a2, b2] = [newEvent('Alpha', {}), newEvent('Beta', {}), newEvent('Gamma', {}), newEvent('Alpha', {}), newEvent('Beta', {})];
+    await store.append(s('all-a'), [a1, b1], 'no_stream');
+    await store.append(s('all-b'), [g1], 'no_stream');
+    await store.append(s('zed'), [a2], 'no_stream');
+    const last = await store.append(s('all-a'), [b2], 1);
+    const all = await store.readAll(from);
+    t.same(ids(all), ids([a1, b1, g1, a2, b2]), 'global order, after fromPosition');
+    assertIncreasing(t, all);
+    t.equal(all.at(-1)!.position, last.position);
+    t.same(ids(await store.readAll(all[1]!.position)), ids(all.slice(2)), 'fromPosition is exclusive');
+    t.same(ids(await store.readAll(from, { limit: 2 })), ids(all.slice(0, 2)), 'limit');
+    t.same(ids(await store.readAll(from, { filter: { types: ['Alpha'] } })), ids([a1, a2]), 'by type');
+    t.same(ids(await store.readAll(from, { filter: { streamPrefixes: [s('all-')] } })), ids([a1, b1, g1, b2]), 'by stream prefix');
+    t.same(ids(await store.readAll(from, { filter: { types: ['Alpha', 'Gamma'], streamPrefixes: [s('all-b'), s('zed')] } })),
+      ids([g1, a2]), 'both');
+    t.same(ids(await store.readAll(from, { filter: { types: ['Beta'] }, limit: 1 })), ids([b1]), 'filter then limit');
+    t.same(await store.readAll(last.position), [], 'nothing after the head');
+    t.equal(await store.headPosition(), last.position);
+  });
+
+  await t.test('listStreams and streamInfo', async (t) => {
+    const p = s('ls-');
+    await store.append(`${p}b`, [newEvent('Alpha', {})], 'no_stream');
+    await store.append(`${p}a`, [newEvent('Alpha', {}), newEvent('Beta', {})], 'no_stream');
+    await store.append(`${p}c`, [newEvent('Alpha', {})], 'no_stream');
+    await store.append(`${p}c`, [newEvent('Beta', {}), newEvent('Gamma', {})], 0);
+    // ESDB lists streams from its $streams system projection, which follows the log asynchronously.
+    const listed = await eventually(async () => {
+      const list = await store.listStreams({ prefix: p });
+      return list.length === 3 ? list : undefined;
+    });
+    t.same(listed.map((i) => i.stream), [`${p}a`, `${p}b`, `${p}c`], 'sorted by name');
+    t.same((await store.listStreams({ prefix: p, limit: 2 })).map((i) => i.stream), [`${p}a`, `${p}b`], 'limit');
+    t.same((await store.listStreams({ prefix: p, after: `${p}b` })).map((i) => i.stream), [`${p}c`], 'after');
+    const events = await store.readStream(`${p}c`);
+    const info = await store.streamInfo(`${p}c`);
+    t.match(info, {
+      stream: `${p}c`, revision: 2, event_count: 3,
+      first_position: events[0]!.position, last_position: events[2]!.position,
+      created_at: String, updated_at: String,
+    });
+    t.ok(info!.created_at <= info!.updated_at);
+    t.same(listed[2], info, 'a listed stream carries its info');
+    t.equal(await store.streamInfo(s('ls-none')), undefined);
+  });
+
+  await t.test('subscribeToAll: catch-up, then live, then stopped by its signal', async (t) => {
+    const from = await store.headPosition();
+    const early = [newEvent('Alpha', {}), newEvent('Beta', {})];
+    const other = newEvent('Gamma', {});
+    await store.append(s('sub'), early, 'no_stream');
+    await store.append(s('sub-other'), [other], 'no_stream');
+    const controller = new AbortController();
+    const iterator = store.subscribeToAll(from, { signal: controller.signal })[Symbol.asyncIterator]();
+    const caughtUp = [];
+    for (let i = 0; i < 3; i++) caughtUp.push((await within(iterator.next(), 'catch-up event')).value as RecordedEvent);
+    t.same(ids(caughtUp), ids([...early, other]), 'catch-up');
+    const live = newEvent('Beta', {});
+    await store.append(s('sub'), [live], 1);
+    const next = await within(iterator.next(), 'live event');
+    t.equal((next.value as RecordedEvent).id, live.id, 'an event appended after subscribing arrives');
+    assertIncreasing(t, [...caughtUp, next.value as RecordedEvent]);
+    const waiting = iterator.next();
+    controller.abort();
+    t.equal((await within(waiting, 'end after abort')).done, true, 'abort ends a waiting subscription');
+
+    const exclusive = new AbortController();
+    const afterFirst = store.subscribeToAll(caughtUp[0]!.position, { signal: exclusive.signal })[Symbol.asyncIterator]();
+    t.equal(((await within(afterFirst.next(), 'first after position')).value as RecordedEvent).id, early[1]!.id, 'fromPosition is exclusive');
+    exclusive.abort();
+    await afterFirst.return?.();
+
+    const filtered = new AbortController();
+    const betas: RecordedEvent[] = [];
+    for await (const e of store.subscribeToAll(from, { filter: { types: ['Beta'], streamPrefixes: [s('sub')] }, signal: filtered.signal })) {
+      betas.push(e);
+      if (betas.length === 2) filtered.abort();
+    }
+    t.same(ids(betas), ids([early[1]!, live]), 'filtered by type and stream prefix, ended by abort');
+
+    const already = new AbortController();
+    already.abort();
+    const none = [];
+    for await (const e of store.subscribeToAll(from, { signal: already.signal })) none.push(e);
+    t.same(none, [], 'an aborted signal yields nothing');
+  });
+
+  await t.test(`${WRITERS} concurrent writers, a subscriber from the start: every acknowledged event exactly once`, async (t) => {
+    const prefix = s('conc');
+    const from = await store.headPosition();
+    const watch = watchLog(store, from, prefix, WRITERS * EVENTS_PER_WRITER);
+    try {
+      const acks = (await Promise.all(Array.from({ length: WRITERS }, (_, writer) =>
+        runWriter(store, plan(writer, prefix))))).flat();
+      await verifyLog(t, store, from, prefix, acks, await watch.events);
+    } finally {
+      watch.stop();
+    }
+  });
+
+  const file = subject.file;
+  if (file) {
+    await t.test(`${WRITERS} writer processes on the same file, a subscriber in this one`, async (t) => {
+      const prefix = s('procs');
+      const from = await store.headPosition();
+      const watch = watchLog(store, from, prefix, WRITERS * EVENTS_PER_WRITER);
+      try {
+        const plans = Array.from({ length: WRITERS }, (_, writer) => ({ ...plan(writer, prefix), pauseMs: 3 }));
+        const acks = (await runWriterProcesses(file, plans)).flat();
+        await verifyLog(t, store, from, prefix, acks, await watch.events);
+      } finally {
+        watch.stop();
+      }
+    });
+  }
+}
+
+function plan(writer: number, prefix: string): WriterPlan {
+  return { writer, events: EVENTS_PER_WRITER, prefix, seed: 7919 * (writer + 1), sharedStreams: 3 };
+}
+
+/**
+ * Follows the log from `from` until `count` events of the run arrived, then a little longer to catch
+ * duplicates. `stop()` ends it early (when a writer failed).
+ */
+function watchLog(store: EventStore, from: number, prefix: string, count: number): { events: Promise<RecordedEvent[]>; stop: () => void } {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), 90_000);
+  const seen: RecordedEvent[] = [];
+  const events = (async () => {
+    try {
+      for await (const e of store.subscribeToAll(from, { filter: { streamPrefixes: [prefix] }, signal: controller.signal })) {
+        seen.push(e);
+        if (seen.length === count) setTimeout(() => controller.abort(), 300);
+      }
+      return seen;
+    } finally {
+      clearTimeout(timer);
+    }
+  })();
+  events.catch(() => undefined); // observed by the caller unless a writer failed first
+  return { events, stop: () => controller.abort() };
+}
+
+/**
+ * The property: the subscriber and a full readAll each saw every acknowledged event exactly once,
+ * in the same strictly increasing global order, and every acknowledgement matches the log.
+ */
+async function verifyLog(t: Test, store: EventStore, from: number, prefix: string, acks: Ack[], seen: RecordedEvent[]): Promise<void> {
+  const acked = acks.flatMap((a) => a.ids);
+  t.equal(acked.length, WRITERS * EVENTS_PER_WRITER, 'every writer finished');
+  t.equal(new Set(acked).size, acked.length, 'acknowledged ids are distinct');
+
+  const read: RecordedEvent[] = [];
+  for (let after = from; ;) {
+    const page = await store.readAll(after, { limit: 500, filter: { streamPrefixes: [prefix] } });
+    if (page.length === 0) break;
+    read.push(...page);
+    after = page.at(-1)!.position;
+  }
+  for (const [name, events] of [['subscriber', seen], ['readAll', read]] as const) {
+    t.equal(events.length, acked.length, `${name}: as many events as acknowledged`);
+    t.equal(new Set(ids(events)).size, events.length, `${name}: no duplicates`);
+    t.same(new Set(ids(events)), new Set(acked), `${name}: exactly the acknowledged events`);
+    assertIncreasing(t, events, name);
+  }
+  t.same(seen.map((e) => [e.id, e.position]), read.map((e) => [e.id, e.position]), 'subscriber and readAll agree on the order');
+
+  const byId = new Map(read.map((e) => [e.id, e]));
+  const mismatched = acks.filter((a) => {
+    const events = a.ids.map((id) => byId.get(id));
+    const last = events.at(-1);
+    return !last || last.position !== a.position || last.revision !== a.revision
+      || events.some((e, i) => !e || e.stream !== a.stream || e.revision !== a.revision - (a.ids.length - 1 - i));
+  });
+  t.same(mismatched, [], 'each acknowledgement names its events\' stream, revisions and last position');
+
+  // Guards the test itself: writers that ran one after the other would prove nothing.
+  const switches = read.filter((e, i) => i > 0 && e.data.writer !== read[i - 1]!.data.writer).length;
+  t.ok(switches >= WRITERS * 10, `the writers' appends interleave in the log (${switches} switches)`);
+
+  const revisions = new Map<string, number[]>();
+  for (const e of read) revisions.set(e.stream, [...(revisions.get(e.stream) ?? []), e.revision]);
+  const gaps = [...revisions].filter(([, r]) => r.some((revision, i) => revision !== i));
+  t.same(gaps, [], 'every stream has revisions 0..n-1 in log order');
+}
+
+/** Starts the writer processes, releases them together once all are ready, and returns their acks. */
+async function runWriterProcesses(file: string, plans: WriterPlan[]): Promise<Ack[][]> {
+  const children = plans.map((p) => {
+    const acksFile = `${file}.acks-${p.writer}.json`;
+    const child = spawn(process.execPath, ['--import', 'tsx', WRITER_SCRIPT, file, JSON.stringify(p), acksFile], {
+      cwd: process.cwd(),
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
+    const ready = new Promise<void>((resolve, reject) => {
+      createInterface({ input: child.stdout }).on('line', (line) => { if (line === 'ready') resolve(); });
+      child.once('close', () => reject(new Error(`writer ${p.writer} exited before it was ready: ${stderr}`)));
+    });
+    const exited = new Promise<Ack[]>((resolve, reject) => {
+      child.once('close', (code) => {
+        if (code !== 0) return reject(new Error(`writer ${p.writer} exited with ${code}: ${stderr}`));
+        resolve(JSON.parse(readFileSync(acksFile, 'utf8')) as Ack[]);
+      });
+    });
+    return { child, ready, exited };
+  });
+  try {
+    await within(Promise.all(children.map((c) => c.ready)), 'writer processes ready', 60_000);
+    for (const { child } of children) child.stdin.end('go\n');
+    return await within(Promise.all(children.map((c) => c.exited)), 'writer processes done', 90_000);
+  } finally {
+    for (const { child } of children) if (child.exitCode === null) child.kill();
+  }
+}
+
+async function expectError<E>(promise: Promise<unknown>, type: new (...args: never[]) => E): Promise<E> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof type) return error;
+    throw error;
+  }
+  throw new Error(`expected ${type.name}, but the call succeeded`);
+}
+
+function ids(events: Array<{ id: string }>): string[] {
+  return events.map((e) => e.id);
+}
+
+function assertIncreasing(t: Test, events: RecordedEvent[], name = 'positions'): void {
+  const bad = events.findIndex((e, i) => i > 0 && e.position <= events[i - 1]!.position);
+  t.equal(bad, -1, `${name}: strictly increasing`);
+}
+
+function within<T>(promise: Promise<T>, what: string, ms = 5000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms); });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Polls `probe` until it returns a value (for ESDB's asynchronous system projections). */
+async function eventually<T>(probe: () => Promise<T | undefined>, ms = 10_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error('condition not reached in time');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+t.test('embedded', async (t) => {
+  const file = join(tempDir(t), 'events.db');
+  await eventStoreContract(t, async () => ({ store: new EmbeddedEventStore(file), fresh: true, file }));
+});
+
+const eventStoreUrl = process.env.EVENTSTORE_URL;
+if (eventStoreUrl) {
+  t.test('esdb', async (t) => {
+    const { EsdbEventStore } = await import('../../infra/eventstore/esdb.js');
+    await eventStoreContract(t, async () => ({ store: new EsdbEventStore(eventStoreUrl), fresh: false }));
+  });
+} else {
+  t.test('esdb', { skip: 'EVENTSTORE_URL not set: EventStoreDB contract run skipped' }, () => {});
+}
+
+/** A directory of its own (not t.testdir(), whose fixed path collides when two runs overlap), removed afterwards. */
+function tempDir(t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'cairn-contract-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}

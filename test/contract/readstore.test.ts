@@ -1,0 +1,340 @@
+import Database from 'better-sqlite3';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
+import { InvalidCursorError, type Doc, type FindOptions, type ProjectionWriter, type ReadStore } from '../../infra/readstore/port.js';
+
+/** What the contract needs to know about one adapter under test. */
+interface Subject {
+  store: ReadStore;
+  /** applyBatch is all-or-nothing (a failing batch leaves no document behind). */
+  atomicBatches: boolean;
+  /** The physical tables/collections, as `<collection>@<generation>`, to see generations come and go. */
+  physical(): Promise<string[]>;
+}
+
+interface TeamDoc extends Doc {
+  score?: number;
+  active: boolean;
+  team?: string | null;
+  meta: { level: number };
+}
+
+const DOCS: TeamDoc[] = [
+  { id: 'd01', score: 3, active: true, team: 'red', meta: { level: 1 } },
+  { id: 'd02', score: 1, active: false, team: 'blue', meta: { level: 2 } },
+  { id: 'd03', score: 2, active: true, team: null, meta: { level: 1 } },
+  { id: 'd04', score: 3, active: true, team: 'green', meta: { level: 2 } },
+  { id: 'd05', score: 1, active: true, team: 'red', meta: { level: 3 } },
+  { id: 'd06', score: 2, active: false, team: 'blue', meta: { level: 1 } },
+  { id: 'd07', score: 3, active: false, team: null, meta: { level: 2 } },
+  { id: 'd08', score: 5, active: true, team: 'red', meta: { level: 1 } },
+  { id: 'd09', score: 1, active: true, team: 'green', meta: { level: 2 } },
+  { id: 'd10', score: 2, active: true, team: 'blue', meta: { level: 3 } },
+  { id: 'd11', score: 4, active: false, team: 'red', meta: { level: 1 } },
+  { id: 'd12', score: 3, active: true, team: 'blue', meta: { level: 2 } },
+  { id: 'd14', score: 2, active: false, meta: { level: 1 } }, // no team at all
+];
+
+/** The one contract, run against every adapter. */
+async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise<void> {
+  const subject = await open();
+  const { store } = subject;
+  t.teardown(() => store.close());
+  /** Runs a live batch from the stored checkpoint. */
+  const apply = async (projection: string, position: number, fn: (w: ProjectionWriter) => Promise<void>) =>
+    store.applyBatch(projection, await store.checkpoint(projection), position, fn);
+
+  await t.test('register, put and get', async (t) => {
+    await store.register('alpha', [{ name: 'agents', indexes: [['project_id', 'name']] }, { name: 'docs', indexes: [['score'], ['team']] }]);
+    await store.register('beta', [{ name: 'others' }]);
+    t.same(await store.checkpoint('alpha'), { projection: 'alpha', position: 0, generation: 1, updated_at: null });
+    t.equal(await apply('alpha', 10, async (w) => {
+      await w.put('agents', { id: 'a1', name: 'Ann', project_id: 'p1', tags: ['x'], profile: { age: 3 } }, 10);
+      await w.put('agents', { id: 'a2', at: new Date(0), gone: undefined }, 10);
+    }), true);
+    t.strictSame(await store.get('agents', 'a1'), { id: 'a1', name: 'Ann', project_id: 'p1', tags: ['x'], profile: { age: 3 }, _position: 10 },
+      'the domain fields and _position, nothing else');
+    t.strictSame(await store.get('agents', 'a2'), { id: 'a2', at: '1970-01-01T00:00:00.000Z', _position: 10 }, 'stored as JSON');
+    t.equal(await store.get('agents', 'nobody'), undefined);
+    t.match(await store.checkpoint('alpha'), { projection: 'alpha', position: 10, generation: 1, updated_at: String });
+    await store.register('alpha', [{ name: 'agents', indexes: [['project_id', 'name']] }, { name: 'docs', indexes: [['score'], ['team']] }]);
+    t.match(await store.checkpoint('alpha'), { position: 10, generation: 1 }, 'registering again changes nothing');
+    t.ok(await store.get('agents', 'a1'));
+    await t.rejects(store.get('unregistered', 'x'), /unknown collection/);
+    await t.rejects(store.register('alpha', [{ name: 'Bad-Name' }]), /invalid collection name/);
+  });
+
+  await t.test('put is guarded by position and replaces the document', async (t) => {
+    t.equal(await apply('alpha', 20, async (w) => {
+      await w.put('agents', { id: 'a1', name: 'Older' }, 5);
+      await w.put('agents', { id: 'a1', name: 'Same' }, 10);
+    }), true);
+    t.match(await store.get('agents', 'a1'), { name: 'Ann', _position: 10 }, 'an older or equal position does not overwrite');
+    t.equal(await apply('alpha', 21, async (w) => {
+      await w.put('agents', { id: 'a1', name: 'Newer' }, 11);
+      await w.put('agents', { id: 'a1', name: 'Twice' }, 12);
+      await w.put('agents', { id: 'a1', name: 'Again' }, 12);
+    }), true);
+    t.strictSame(await store.get('agents', 'a1'), { id: 'a1', name: 'Twice', _position: 12 },
+      'a newer position replaces the whole document; a second write at the same position is ignored');
+  });
+
+  await t.test('delete leaves an invisible tombstone', async (t) => {
+    t.equal(await apply('alpha', 30, async (w) => { await w.delete('agents', 'a1', 13); }), true);
+    t.equal(await store.get('agents', 'a1'), undefined);
+    t.equal(await store.count('agents'), 1);
+    t.same((await store.find('agents')).items.map((d) => d.id), ['a2']);
+    t.equal(await apply('alpha', 31, async (w) => {
+      await w.put('agents', { id: 'a1', name: 'Late' }, 12);
+      await w.delete('agents', 'a1', 13);
+    }), true);
+    t.equal(await store.get('agents', 'a1'), undefined, 'an older put does not resurrect it');
+    t.equal(await apply('alpha', 32, async (w) => { await w.put('agents', { id: 'a1', name: 'Back' }, 14); }), true);
+    t.strictSame(await store.get('agents', 'a1'), { id: 'a1', name: 'Back', _position: 14 }, 'a newer one does');
+  });
+
+  await t.test('find: where, sort, limit', async (t) => {
+    t.equal(await apply('alpha', 40, async (w) => {
+      for (const d of DOCS) await w.put('docs', d, 40);
+      await w.put('docs', { id: 'd13', score: 9, active: true, team: 'red', meta: { level: 1 } }, 40);
+      await w.delete('docs', 'd13', 41);
+    }), true);
+    const where = async (w: FindOptions['where']) => (await store.find<TeamDoc>('docs', { where: w })).items.map((d) => d.id);
+    const expected = (f: (d: TeamDoc) => boolean) => DOCS.filter(f).map((d) => d.id);
+    t.same(await where({}), expected(() => true), 'default order: id ascending, tombstones hidden');
+    t.same(await where({ active: true }), expected((d) => d.active), 'boolean');
+    t.same(await where({ team: null }), expected((d) => d.team == null), 'null matches null and missing');
+    t.same(await where({ team: { $in: ['red', 'green'] } }), expected((d) => d.team === 'red' || d.team === 'green'), '$in');
+    t.same(await where({ team: { $in: [] } }), [], 'empty $in');
+    t.same(await where({ active: true, team: 'red' }), expected((d) => d.active && d.team === 'red'), 'conjunction');
+    t.same(await where({ 'meta.level': 2 }), expected((d) => d.meta.level === 2), 'nested field');
+    t.same(await where({ score: 3 }), expected((d) => d.score === 3), 'number');
+    t.same(await where({ id: 'd05' }), ['d05'], 'by id');
+    t.same(await where({ id: { $in: ['d02', 'd01', 'd13'] } }), ['d01', 'd02'], 'ids, tombstone excluded');
+    const sorted = async (order: 'asc' | 'desc') =>
+      (await store.find<TeamDoc>('docs', { sort: { field: 'score', order } })).items.map((d) => d.id);
+    t.same(await sorted('asc'), inOrder(DOCS, 'score', 'asc'), 'ascending, ties by id');
+    t.same(await sorted('desc'), inOrder(DOCS, 'score', 'desc'), 'descending, ties by id descending');
+    const page = await store.find<TeamDoc>('docs', { where: { active: true }, sort: { field: 'score', order: 'desc' }, limit: 3 });
+    t.same(page.items.map((d) => d.id), inOrder(DOCS.filter((d) => d.active), 'score', 'desc').slice(0, 3));
+    t.type(page.next_cursor, 'string');
+    t.strictSame(page.items[0], { ...DOCS.find((d) => d.id === 'd08'), _position: 40 }, 'items look like get()');
+  });
+
+  await t.test('find: cursor paging visits every document once', async (t) => {
+    const cases: Array<{ sort?: FindOptions['sort']; where?: FindOptions['where'] }> = [
+      {}, { sort: { field: 'id', order: 'desc' } },
+      { sort: { field: 'score', order: 'asc' } }, { sort: { field: 'score', order: 'desc' } },
+      { sort: { field: 'meta.level', order: 'asc' } }, { sort: { field: 'score', order: 'desc' }, where: { active: true } },
+    ];
+    for (const c of cases) {
+      const docs = DOCS.filter((d) => !c.where || d.active);
+      const want = inOrder(docs, c.sort?.field ?? 'id', c.sort?.order ?? 'asc');
+      for (const limit of [1, 3, 5, docs.length]) {
+        t.same(await pageAll(store, { ...c, limit }), want, `${JSON.stringify(c)} by ${limit}`);
+      }
+    }
+  });
+
+  // Documents without a value in the sort field (optional fields: archived_at, last_seen...).
+  await t.test('find: cursor paging over null sort values', async (t) => {
+    for (const order of ['asc', 'desc'] as const) {
+      const want = inOrder(DOCS, 'team', order);
+      for (const limit of [1, 2, 4]) {
+        t.same(await pageAll(store, { sort: { field: 'team', order }, limit }), want, `team ${order} by ${limit}`);
+      }
+    }
+  });
+
+  await t.test('an invalid cursor is rejected', async (t) => {
+    for (const cursor of ['not a cursor', Buffer.from('[1]').toString('base64url'), Buffer.from('{"a":1}').toString('base64url')]) {
+      await t.rejects(store.find('docs', { cursor }), InvalidCursorError, cursor);
+    }
+  });
+
+  await t.test('count', async (t) => {
+    t.equal(await store.count('docs'), DOCS.length, 'tombstones are not counted');
+    t.equal(await store.count('docs', { active: true }), DOCS.filter((d) => d.active).length);
+    t.equal(await store.count('docs', { team: { $in: ['blue'] }, active: false }), DOCS.filter((d) => d.team === 'blue' && !d.active).length);
+    t.equal(await store.count('docs', { team: null }), DOCS.filter((d) => d.team == null).length);
+  });
+
+  await t.test('applyBatch: documents and checkpoint together, or nothing', async (t) => {
+    t.equal(await apply('beta', 50, async (w) => {
+      await w.put('others', { id: 'o1' }, 50);
+      t.match(await w.get('others', 'o1'), { id: 'o1' }, 'a batch reads its own writes');
+      t.same((await w.find('others', {})).items.map((d) => d.id), ['o1']);
+    }), true);
+    t.match(await store.checkpoint('beta'), { position: 50, generation: 1 });
+    t.ok(await store.get('others', 'o1'));
+
+    let called = false;
+    t.equal(await store.applyBatch('beta', { position: 0, generation: 1 }, 60, async (w) => {
+      called = true;
+      await w.put('others', { id: 'o2' }, 60);
+    }), false, 'a stale expected position');
+    t.equal(await store.applyBatch('beta', { position: 50, generation: 2 }, 60, async (w) => {
+      called = true;
+      await w.put('others', { id: 'o2' }, 60);
+    }), false, 'a wrong generation');
+    t.equal(called, false, 'the batch did not run');
+    t.equal(await store.get('others', 'o2'), undefined);
+    t.equal(await store.applyBatch('nobody', { position: 0, generation: 1 }, 1, async () => {}), false, 'an unknown projection');
+
+    await t.rejects(apply('beta', 70, async (w) => {
+      await w.put('others', { id: 'o3' }, 70);
+      throw new Error('projection bug');
+    }), /projection bug/);
+    t.match(await store.checkpoint('beta'), { position: 50 }, 'a failed batch does not move the checkpoint');
+    if (subject.atomicBatches) {
+      t.equal(await store.get('others', 'o3'), undefined, 'and its documents are rolled back');
+    } else {
+      // Without transactions (MongoDB standalone) writes are not undone; the checkpoint did not move,
+      // so the projection applies the same events again and the position guard absorbs the repeat.
+      t.ok(await store.get('others', 'o3'), 'without transactions its documents stay, ahead of the checkpoint');
+    }
+  });
+
+  await t.test('a writer may not write another projection\'s collection', async (t) => {
+    const before = await store.checkpoint('alpha');
+    await t.rejects(apply('alpha', 90, async (w) => { await w.put('others', { id: 'intruder' }, 90); }), /may not write/);
+    await t.rejects(apply('alpha', 90, async (w) => { await w.delete('others', 'o1', 90); }), /may not write/);
+    await t.rejects(apply('alpha', 90, async (w) => { await w.put('unregistered', { id: 'x' }, 90); }), /unknown collection/);
+    t.same(await store.checkpoint('alpha'), before);
+    t.equal(await store.get('others', 'intruder'), undefined);
+    t.ok(await store.get('others', 'o1'));
+  });
+
+  await t.test('blue/green rebuild', async (t) => {
+    const live = await store.checkpoint('alpha');
+    const started = await store.startRebuild('alpha');
+    t.match(started, { projection: 'alpha', position: 0, generation: live.generation + 1 });
+    t.same(await store.rebuildCheckpoint('alpha'), started);
+    t.same(await subject.physical(), ['agents@1', 'agents@2', 'docs@1', 'docs@2', 'others@1'], 'a fresh generation beside the live one');
+    t.same(await store.checkpoint('alpha'), live, 'the live checkpoint is untouched');
+
+    t.equal(await store.applyBatch('alpha', { position: 0, generation: 2 }, 25, async (w) => {
+      await w.put('agents', { id: 'a1', name: 'Rebuilt' }, 25);
+      await w.put('docs', { id: 'r1', score: 1, active: true, meta: { level: 1 } }, 25);
+    }, { rebuild: true }), true, 'a rebuild batch');
+    t.equal(await store.applyBatch('alpha', { position: 0, generation: 2 }, 26, async () => {}, { rebuild: true }), false,
+      'the rebuild slot has its own guarded checkpoint');
+    t.match(await store.get('agents', 'a1'), { name: 'Back' }, 'queries still read the live generation');
+    t.equal(await store.get('docs', 'r1'), undefined);
+    t.equal(await store.count('docs'), DOCS.length);
+    t.equal(await apply('alpha', live.position + 1, async (w) => { await w.put('agents', { id: 'a9', name: 'Live' }, live.position + 1); }),
+      true, 'the live projection keeps running meanwhile');
+    t.match(await store.rebuildCheckpoint('alpha'), { position: 25, generation: 2 });
+
+    const finished = await store.finishRebuild('alpha');
+    t.match(finished, { projection: 'alpha', position: 25, generation: 2 });
+    t.same(await store.checkpoint('alpha'), finished, 'the live checkpoint is the rebuilt one');
+    t.equal(await store.rebuildCheckpoint('alpha'), undefined);
+    t.match(await store.get('agents', 'a1'), { name: 'Rebuilt', _position: 25 }, 'queries read the rebuilt documents');
+    t.equal(await store.get('agents', 'a9'), undefined);
+    t.same((await store.find('docs')).items.map((d) => d.id), ['r1']);
+    t.same(await subject.physical(), ['agents@2', 'docs@2', 'others@1'], 'the old generation is gone');
+    t.equal(await store.applyBatch('alpha', { position: live.position + 1, generation: 1 }, 200, async () => {}), false,
+      'a live batch expecting the old generation is refused');
+    t.equal(await store.applyBatch('alpha', { position: 25, generation: 2 }, 26, async (w) => {
+      await w.put('agents', { id: 'a1', name: 'After' }, 26);
+    }), true, 'the runner continues from the rebuilt checkpoint');
+    t.match(await store.get('agents', 'a1'), { name: 'After' });
+
+    await t.rejects(store.finishRebuild('alpha'), /no rebuild in progress/);
+    await t.rejects(store.startRebuild('nobody'), /unknown projection/);
+    t.match(await store.startRebuild('alpha'), { generation: 3 });
+    t.match(await store.startRebuild('alpha'), { position: 0, generation: 4 }, 'starting again abandons the previous attempt');
+    t.same(await subject.physical(), ['agents@2', 'agents@4', 'docs@2', 'docs@4', 'others@1'], 'whose tables are dropped');
+    t.match(await store.finishRebuild('alpha'), { position: 0, generation: 4 });
+    t.same(await subject.physical(), ['agents@4', 'docs@4', 'others@1']);
+  });
+
+  await t.test('listCheckpoints: the live checkpoint of every projection', async (t) => {
+    await store.startRebuild('beta');
+    t.same(await store.listCheckpoints(), [await store.checkpoint('alpha'), await store.checkpoint('beta')]);
+    t.match(await store.listCheckpoints(), [{ projection: 'alpha', generation: 4 }, { projection: 'beta', position: 50, generation: 1 }]);
+  });
+}
+
+/**
+ * Reported, not fixed here (infra/readstore/embedded.ts belongs to someone else): the cursor condition
+ * `(expr > ? OR (expr = ? AND id > ?))` is never true when either side is NULL.
+ */
+
+/** Ids in the adapters' order: the field (nulls first ascending, last descending), then id, same direction. */
+function inOrder(docs: Doc[], field: string, order: 'asc' | 'desc'): string[] {
+  const value = (d: Doc) => field.split('.').reduce<unknown>((v, k) => (v as Record<string, unknown> | undefined)?.[k], d) ?? null;
+  const sign = order === 'asc' ? 1 : -1;
+  const compare = (a: unknown, b: unknown) => (a === b ? 0 : a === null ? -1 : b === null ? 1 : (a as number) < (b as number) ? -1 : 1);
+  return [...docs].sort((a, b) => sign * (compare(value(a), value(b)) || compare(a.id, b.id))).map((d) => d.id);
+}
+
+/** Follows next_cursor to the end; fails on a page that repeats or a cursor loop. */
+async function pageAll(store: ReadStore, options: FindOptions): Promise<string[]> {
+  const seen: string[] = [];
+  let cursor: string | undefined;
+  for (let pages = 0; pages < 100; pages++) {
+    const page = await store.find('docs', { ...options, ...(cursor ? { cursor } : {}) });
+    seen.push(...page.items.map((d) => d.id));
+    if (!page.next_cursor) return seen;
+    cursor = page.next_cursor;
+  }
+  throw new Error('cursor paging does not end');
+}
+
+t.test('embedded', async (t) => {
+  const file = join(tempDir(t), 'readmodels.db');
+  await readStoreContract(t, async () => ({
+    store: new EmbeddedReadStore(file),
+    atomicBatches: true,
+    async physical() {
+      const db = new Database(file, { readonly: true });
+      try {
+        const rows = db.prepare(`SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rm\\_%' ESCAPE '\\'`).all() as Array<{ name: string }>;
+        return rows.flatMap((r) => /^rm_(.+)_g(\d+)$/.exec(r.name)?.slice(1, 3).join('@') ?? []).sort();
+      } finally {
+        db.close();
+      }
+    },
+  }));
+});
+
+const mongodbUrl = process.env.MONGODB_URL;
+if (mongodbUrl) {
+  t.test('mongodb', async (t) => {
+    const { MongoReadStore } = await import('../../infra/readstore/mongo.js');
+    const { MongoClient } = await import('mongodb');
+    const dbName = `cairn_contract_${randomUUID().slice(0, 8)}`;
+    const admin = await MongoClient.connect(mongodbUrl);
+    t.teardown(async () => {
+      await admin.db(dbName).dropDatabase();
+      await admin.close();
+    });
+    await readStoreContract(t, async () => {
+      const store = await MongoReadStore.connect(mongodbUrl, dbName);
+      t.comment(`MongoDB ${store.transactions ? 'with' : 'without'} transactions`);
+      return {
+        store,
+        atomicBatches: store.transactions,
+        async physical() {
+          const names = await admin.db(dbName).listCollections({}, { nameOnly: true }).toArray();
+          return names.flatMap((c) => /^(.+)__g(\d+)$/.exec(c.name)?.slice(1, 3).join('@') ?? []).sort();
+        },
+      };
+    });
+  });
+} else {
+  t.test('mongodb', { skip: 'MONGODB_URL not set: MongoDB contract run skipped' }, () => {});
+}
+
+/** A directory of its own (not t.testdir(), whose fixed path collides when two runs overlap), removed afterwards. */
+function tempDir(t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'cairn-contract-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
