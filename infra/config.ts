@@ -22,6 +22,30 @@ export interface Config {
     allowedHosts?: string[];
   };
   logLevel: string;
+  /** Chat and embeddings providers of the memory service (OpenAI-compatible HTTP APIs, or the local embedder). */
+  providers: ProvidersConfig;
+}
+
+export type EmbeddingsProviderKind = 'local' | 'openai' | 'none';
+
+export interface ProvidersConfig {
+  llm: {
+    /** OpenAI-style base URL including `/v1` (OpenAI, Ollama, vLLM, llama.cpp server). Unset: ingest and chat answer 503. */
+    baseUrl?: string;
+    apiKey?: string;
+    chatModel: string;
+    /** Per request to a provider (chat and embeddings), including reading the reply. */
+    timeoutMs: number;
+    /** Further attempts after a 429 or 5xx reply. */
+    maxRetries: number;
+  };
+  embeddings: {
+    provider: EmbeddingsProviderKind;
+    baseUrl?: string;
+    apiKey?: string;
+    /** Model name sent to an `openai` provider. */
+    model: string;
+  };
 }
 
 function int(name: string, fallback: number, env: NodeJS.ProcessEnv): number {
@@ -34,6 +58,34 @@ function int(name: string, fallback: number, env: NodeJS.ProcessEnv): number {
 
 function optional(value: string | undefined): string | undefined {
   return value === undefined || value.trim() === '' ? undefined : value.trim();
+}
+
+function embeddingsProvider(env: NodeJS.ProcessEnv): EmbeddingsProviderKind {
+  const raw = optional(env.EMBEDDINGS_PROVIDER)?.toLowerCase() ?? 'local';
+  if (raw !== 'local' && raw !== 'openai' && raw !== 'none') throw new Error(`EMBEDDINGS_PROVIDER must be local, openai or none, got "${raw}"`);
+  return raw;
+}
+
+function loadProviders(env: NodeJS.ProcessEnv): ProvidersConfig {
+  const llmBaseUrl = optional(env.LLM_BASE_URL)?.replace(/\/+$/, '');
+  const provider = embeddingsProvider(env);
+  const embeddingsBaseUrl = optional(env.EMBEDDINGS_BASE_URL)?.replace(/\/+$/, '') ?? llmBaseUrl;
+  if (provider === 'openai' && !embeddingsBaseUrl) throw new Error('EMBEDDINGS_PROVIDER=openai needs EMBEDDINGS_BASE_URL or LLM_BASE_URL');
+  return {
+    llm: {
+      baseUrl: llmBaseUrl,
+      apiKey: optional(env.LLM_API_KEY),
+      chatModel: optional(env.LLM_CHAT_MODEL) ?? 'gpt-4o-mini',
+      timeoutMs: int('LLM_TIMEOUT_MS', 60_000, env),
+      maxRetries: int('LLM_MAX_RETRIES', 2, env),
+    },
+    embeddings: {
+      provider,
+      baseUrl: embeddingsBaseUrl,
+      apiKey: optional(env.EMBEDDINGS_API_KEY) ?? optional(env.LLM_API_KEY),
+      model: optional(env.LLM_EMBEDDING_MODEL) ?? 'text-embedding-3-small',
+    },
+  };
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -59,5 +111,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       allowedHosts: allowedHosts?.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean),
     },
     logLevel: optional(env.LOG_LEVEL) ?? 'info',
+    providers: loadProviders(env),
   };
 }

@@ -1,6 +1,7 @@
 import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
-import { platformProjections } from '../projections/index.js';
+import { loadConfig } from '../infra/config.js';
+import { allProjections } from '../projections/index.js';
 import type { Projection } from '../projections/projection.js';
 import { rebuildProjection } from '../projections/rebuild.js';
 import { projectionStatus } from '../projections/runner.js';
@@ -8,7 +9,7 @@ import { printJson, printTable } from './output.js';
 import { OpsError, withStores } from './runtime.js';
 
 /** The projections the CLI knows are the server's: one list. */
-const known: readonly Projection[] = platformProjections;
+const known: readonly Projection[] = allProjections(loadConfig());
 
 function findProjection(name: string): Projection {
   const projection = known.find((p) => p.name === name);

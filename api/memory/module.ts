@@ -2,9 +2,18 @@ import type { CommandBus } from '../../commands/bus.js';
 import type { Config } from '../../infra/config.js';
 import type { EventStore } from '../../infra/eventstore/port.js';
 import type { Logger } from '../../infra/logger.js';
+import { OpenAiChat } from '../../infra/providers/chat.js';
+import { createEmbedder } from '../../infra/providers/embeddings.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
+import { Bm25Index } from '../../infra/search/lexical.js';
+import { BruteForceVectorIndex } from '../../infra/search/vector.js';
+import { memoriesProjection } from '../../projections/memory/memories.js';
+import { personalityProjection } from '../../projections/memory/personality.js';
+import { vectorsProjection } from '../../projections/memory/vectors.js';
 import type { Projection } from '../../projections/projection.js';
 import type { RouteDef } from '../http/routes.js';
+import { Retrieval } from './retrieval.js';
+import { memoryRoutes } from './routes.js';
 
 export interface MemoryModuleDeps {
   bus: CommandBus;
@@ -19,9 +28,45 @@ export interface MemoryModuleDeps {
 export interface MemoryModule {
   projections: Projection[];
   routes: RouteDef[];
+  /** For benchmarks and tests: the same retrieval the routes use, without HTTP. */
+  retrieval: Retrieval;
 }
 
-/** The memory service's read models and routes. */
-export async function createMemoryModule(_deps: MemoryModuleDeps): Promise<MemoryModule> {
-  return { projections: [], routes: [] };
+/** The memory service's read models (with their in-process BM25 and vector indexes) and routes. */
+export async function createMemoryModule(deps: MemoryModuleDeps): Promise<MemoryModule> {
+  const { config, reads, log } = deps;
+  const { llm } = config.providers;
+  const lexical = new Bm25Index();
+  const memories = memoriesProjection({ reads, lexical });
+  const embedder = createEmbedder(config.providers);
+  const vectorIndex = new BruteForceVectorIndex();
+  const vectors = embedder && vectorsProjection(embedder, { reads, vectors: vectorIndex });
+  if (vectors) {
+    const reset = vectors.reset!;
+    // After loading, say so when stored vectors were made by another model than the configured one.
+    vectors.reset = async () => {
+      await reset();
+      for (const [model, count] of vectorIndex.models()) {
+        if (model !== vectors.model) {
+          log.warn({ model, count, configured: vectors.model }, 'vectors of another embedding model are left out of searches until `ops projections rebuild memory-vectors`');
+        }
+      }
+    };
+  }
+  const retrieval = new Retrieval({
+    reads,
+    headPosition: () => deps.events.headPosition(),
+    waitFor: deps.waitFor,
+    memories,
+    lexical,
+    semantic: vectors && embedder ? { embedder, projection: vectors, index: vectorIndex } : undefined,
+  });
+  const chat = llm.baseUrl
+    ? new OpenAiChat({ baseUrl: llm.baseUrl, apiKey: llm.apiKey, timeoutMs: llm.timeoutMs, maxRetries: llm.maxRetries }, llm.chatModel)
+    : undefined;
+  return {
+    projections: [memories, personalityProjection, ...(vectors ? [vectors] : [])],
+    routes: memoryRoutes({ bus: deps.bus, reads, retrieval, chat, waitFor: deps.waitFor }),
+    retrieval,
+  };
 }

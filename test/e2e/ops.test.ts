@@ -7,7 +7,8 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
-import { platformProjections } from '../../projections/index.js';
+import { loadConfig } from '../../infra/config.js';
+import { allProjections } from '../../projections/index.js';
 import { projectsProjection } from '../../projections/projects/projection.js';
 import { ProjectionRunner } from '../../projections/runner.js';
 
@@ -68,7 +69,7 @@ t.test('operator workflow on one data dir', async (t) => {
 
   await t.test('projections status: never-run projections lag by the whole log', async (t) => {
     const status = await opsJson<Status[]>('projections', 'status', '--json');
-    t.same(status.map((s) => s.projection).sort(), platformProjections.map((p) => p.name).sort());
+    t.same(status.map((s) => s.projection).sort(), allProjections(loadConfig({})).map((p) => p.name).sort());
     for (const s of status) t.match(s, { position: 0, head: 1, lag: 1, generation: 1 }, s.projection);
   });
 

@@ -1,0 +1,26 @@
+import type { ChatMessage } from '../../infra/providers/chat.js';
+import type { ScoredMemory } from './schemas.js';
+
+export const EXTRACTION_PROMPT = [
+  'You extract durable facts from a text about a user: stable information worth remembering in later conversations,',
+  'such as preferences, biographical details, relationships, plans, habits and important events.',
+  'Skip small talk, questions, greetings and anything only relevant to this moment.',
+  'Write each fact as one short, self-contained sentence in the language of the text.',
+  'Answer with JSON only, exactly of the form {"facts": ["...", "..."]}, with at most 20 facts;',
+  'answer {"facts": []} when there are none.',
+].join(' ');
+
+export function extractionMessages(text: string): ChatMessage[] {
+  return [{ role: 'system', content: EXTRACTION_PROMPT }, { role: 'user', content: text }];
+}
+
+/** One completion: the personality and the retrieved memories in the system message, the query as the user's. */
+export function chatMessages(personality: string, memories: ScoredMemory[], query: string): ChatMessage[] {
+  const parts: string[] = [];
+  if (personality.trim() !== '') parts.push(personality);
+  parts.push(memories.length > 0
+    ? `What you remember about the user, most relevant first:\n${memories.map((m) => `- ${m.text}`).join('\n')}`
+    : 'You remember nothing about the user that is relevant to this message.');
+  parts.push('Use these memories where they help; do not invent other memories.');
+  return [{ role: 'system', content: parts.join('\n\n') }, { role: 'user', content: query }];
+}

@@ -1,0 +1,276 @@
+import type { CommandBus, CommandResult } from '../../commands/bus.js';
+import {
+  MAX_FACTS_PER_INGEST, MAX_PERSONALITY_BYTES, MAX_SESSION_BYTES, MAX_TEXT_BYTES,
+  memoryDecider, memoryIdFor, memoryStream, normalizeText,
+  type MemoryEvent, type MemoryState,
+} from '../../domain/memory/decider.js';
+import type { Logger } from '../../infra/logger.js';
+import type { ChatProvider } from '../../infra/providers/chat.js';
+import { ProviderError } from '../../infra/providers/http.js';
+import type { ReadStore } from '../../infra/readstore/port.js';
+import { MEMORIES, MEMORIES_PROJECTION, memoryDocId, type MemoryDoc } from '../../projections/memory/memories.js';
+import { PERSONALITY_PROJECTION } from '../../projections/memory/personality.js';
+import { decodeVector, VECTORS, type VectorDoc } from '../../projections/memory/vectors.js';
+import { ProblemError } from '../http/problem.js';
+import { route, type RouteDef } from '../http/routes.js';
+import { byteLimit, check, nonBlank } from '../http/validation.js';
+import { parseFacts, UnparseableFactsError } from './facts.js';
+import { chatMessages, extractionMessages } from './prompts.js';
+import { toView, type Retrieval } from './retrieval.js';
+import {
+  ChatResponse, ContextResponse, DeleteMemoryQuery, DeleteMemoryResponse, DeleteScopeResponse, ExportResponse, IngestBody,
+  IngestResponse, PersonalityBody, PersonalityResponse, ScopeQuery, SearchBody, SearchResponse, StoreMemoryBody,
+  MemoryView,
+} from './schemas.js';
+
+export interface MemoryRouteDeps {
+  bus: CommandBus;
+  reads: ReadStore;
+  retrieval: Retrieval;
+  /** Absent when LLM_BASE_URL is not set. */
+  chat?: ChatProvider;
+  waitFor(projections: string[], position: number): Promise<void>;
+}
+
+const TAG = 'Memory';
+const DEFAULT_LIMIT = 5;
+const WRITE_ERRORS = [400, 401, 403, 500];
+const READ_ERRORS = [400, 401, 403, 500, 503];
+
+/** A provider failure is a 500 with a generic body; the upstream status and body go to the log only. */
+async function viaProvider<T>(log: Logger, what: string, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (error) {
+    if (!(error instanceof ProviderError)) throw error;
+    log.error({ provider: error.provider, upstream_status: error.status, upstream_body: error.body, reason: error.message }, `${what}: provider request failed`);
+    throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
+  }
+}
+
+function llmNotConfigured(what: string): ProblemError {
+  return new ProblemError(503, 'not-configured', `${what} needs a chat provider: set LLM_BASE_URL (and LLM_CHAT_MODEL, LLM_API_KEY as needed)`);
+}
+
+const sessionOf = (session: string | null | undefined) => (session === undefined || session === null || session === '' ? null : session);
+
+function checkText(location: string, value: string, max: number) {
+  return [nonBlank(location, value), byteLimit(location, value, max)];
+}
+
+export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
+  const { bus, reads, retrieval } = deps;
+
+  /** The memory as stored by a command: from its event, or, when nothing changed, from the scope's state. */
+  async function storedView(result: CommandResult<MemoryState, MemoryEvent>, agent: string, user: string, id: string, text: string, session: string | null): Promise<MemoryView> {
+    for (const e of result.events) {
+      if ((e.type === 'MemoryStored' || e.type === 'MemoryUpdated') && e.data.memory_id === id) {
+        return { id, text: e.data.text, session: e.data.session, created_at: e.data.created_at, updated_at: e.type === 'MemoryUpdated' ? e.data.updated_at : e.data.created_at };
+      }
+    }
+    const live = result.state.memories.get(id);
+    if (live) return { id, text, session, created_at: live.created_at, updated_at: live.updated_at };
+    // The cached state moved on (a concurrent request changed this memory since): report the read model.
+    await deps.waitFor([MEMORIES_PROJECTION], result.position);
+    const doc = await reads.get<MemoryDoc>(MEMORIES, memoryDocId(agent, user, id));
+    if (doc) return toView(doc);
+    throw new ProblemError(409, 'concurrent-delete', `memory ${id} was deleted by a concurrent request`);
+  }
+
+  return [
+    route({
+      method: 'POST', path: '/v1/memories', operationId: 'storeMemory', tag: TAG, auth: ['owner'],
+      summary: 'Store a memory, or update one by id',
+      description: 'Without `id`, the id is derived from the trimmed, NFC-normalised text: storing the same text again changes nothing and returns the stored memory. With `id`, the memory with that id in the scope is updated (or created with that id if the scope has no live memory with it, e.g. after it was deleted). Responds with the stored memory and `X-Event-Position`.',
+      body: StoreMemoryBody,
+      responses: { 200: { description: 'the stored memory', schema: MemoryView } },
+      errors: WRITE_ERRORS,
+      async handler({ body, meta }) {
+        check(...checkText('body.text', body.text, MAX_TEXT_BYTES), byteLimit('body.session', body.session ?? undefined, MAX_SESSION_BYTES));
+        const { agent, user } = body.scope;
+        const text = normalizeText(body.text);
+        const session = sessionOf(body.session);
+        const id = body.id ?? memoryIdFor(text);
+        const result = await bus.handle(memoryStream(agent, user), memoryDecider,
+          { type: 'StoreMemory', data: { agent, user, memory_id: id, text, session } }, meta);
+        return { body: await storedView(result, agent, user, id, text, session), position: result.position };
+      },
+    }),
+    route({
+      method: 'POST', path: '/v1/search', operationId: 'searchMemories', tag: TAG, auth: ['owner'],
+      summary: 'Search the scope\'s memories (lexical, semantic or hybrid)',
+      description: '`lexical` (default): BM25 over the scope\'s live memories. `semantic`: cosine similarity of embeddings (no threshold: weak matches still rank). `hybrid`: reciprocal rank fusion of both ranks with k = 60, score = Σ 1/(60 + rank). Scores are not comparable across modes. Sees every write acknowledged before the request (waits up to CONSISTENCY_TIMEOUT_MS, else 503).',
+      body: SearchBody, readModels: [MEMORIES_PROJECTION],
+      responses: { 200: { description: 'scored memories, best first', schema: SearchResponse } },
+      errors: READ_ERRORS,
+      async handler({ body, log }) {
+        check(...checkText('body.query', body.query, MAX_TEXT_BYTES));
+        const mode = body.mode ?? 'lexical';
+        retrieval.requireMode(mode);
+        await retrieval.consistent(retrieval.readModels(mode));
+        const results = await viaProvider(log, 'search', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT));
+        return { body: { results } };
+      },
+    }),
+    route({
+      method: 'POST', path: '/v1/context', operationId: 'buildContext', tag: TAG, auth: ['owner'],
+      summary: 'The search results plus the scope\'s personality',
+      body: SearchBody, readModels: [MEMORIES_PROJECTION, PERSONALITY_PROJECTION],
+      responses: { 200: { description: 'personality ("" when none is set) and scored memories', schema: ContextResponse } },
+      errors: READ_ERRORS,
+      async handler({ body, log }) {
+        check(...checkText('body.query', body.query, MAX_TEXT_BYTES));
+        const mode = body.mode ?? 'lexical';
+        retrieval.requireMode(mode);
+        await retrieval.consistent(retrieval.readModels(mode, [PERSONALITY_PROJECTION]));
+        const [memories, personality] = await Promise.all([
+          viaProvider(log, 'context', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT)),
+          retrieval.personality(body.scope),
+        ]);
+        return { body: { personality: personality?.personality ?? '', memories } };
+      },
+    }),
+    route({
+      method: 'PUT', path: '/v1/personality', operationId: 'setPersonality', tag: TAG, auth: ['owner'],
+      summary: 'Set the scope\'s personality text',
+      description: 'One explicitly configured text per scope, stored as given; setting the same text again changes nothing. No traits are inferred.',
+      body: PersonalityBody,
+      responses: { 200: { description: 'acknowledgement with the stored personality', schema: PersonalityResponse } },
+      errors: WRITE_ERRORS,
+      async handler({ body, meta }) {
+        check(...checkText('body.personality', body.personality, MAX_PERSONALITY_BYTES));
+        const { agent, user } = body.scope;
+        const result = await bus.handle(memoryStream(agent, user), memoryDecider,
+          { type: 'SetPersonality', data: { agent, user, personality: body.personality } }, meta);
+        const event = result.events[0];
+        const updatedAt = event?.type === 'PersonalitySet' ? event.data.updated_at : result.state.personality?.updated_at;
+        return { body: { scope: { agent, user }, personality: body.personality, updated_at: updatedAt ?? new Date().toISOString() }, position: result.position };
+      },
+    }),
+    route({
+      method: 'POST', path: '/v1/ingest', operationId: 'ingestFacts', tag: TAG, auth: ['owner'],
+      summary: 'Extract durable facts from a text with the chat provider and store them',
+      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory). The text itself is never stored. A reply that cannot be read as {"facts": [...]} is a 500, never an empty success. 503 when no chat provider is configured.`,
+      body: IngestBody,
+      responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
+      errors: [...WRITE_ERRORS, 503],
+      async handler({ body, meta, log }) {
+        check(...checkText('body.text', body.text, MAX_TEXT_BYTES), byteLimit('body.session', body.session ?? undefined, MAX_SESSION_BYTES));
+        const chat = deps.chat;
+        if (!chat) throw llmNotConfigured('ingest');
+        const reply = await viaProvider(log, 'ingest', () => chat.complete(extractionMessages(body.text), { json: true, temperature: 0 }));
+        let extracted: string[];
+        try {
+          extracted = parseFacts(reply);
+        } catch (error) {
+          if (!(error instanceof UnparseableFactsError)) throw error;
+          log.error({ provider: 'chat', upstream_reply: reply.slice(0, 2000) }, 'ingest: the chat provider\'s reply has no readable facts');
+          throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
+        }
+        const facts: string[] = [];
+        const ids = new Set<string>();
+        for (const raw of extracted) {
+          const fact = normalizeText(raw);
+          const id = memoryIdFor(fact);
+          if (fact === '' || Buffer.byteLength(fact, 'utf8') > MAX_TEXT_BYTES || ids.has(id)) continue;
+          ids.add(id);
+          facts.push(fact);
+        }
+        if (facts.length > MAX_FACTS_PER_INGEST) log.warn({ extracted: facts.length }, `ingest: keeping the first ${MAX_FACTS_PER_INGEST} facts`);
+        facts.splice(MAX_FACTS_PER_INGEST);
+        if (facts.length === 0) return { body: { facts: [] } };
+        const { agent, user } = body.scope;
+        const session = sessionOf(body.session);
+        const result = await bus.handle(memoryStream(agent, user), memoryDecider,
+          { type: 'IngestFacts', data: { agent, user, session, facts, model: chat.model } }, meta);
+        const stored: MemoryView[] = [];
+        for (const fact of facts) stored.push(await storedView(result, agent, user, memoryIdFor(fact), fact, session));
+        return { body: { facts: stored }, position: result.position };
+      },
+    }),
+    route({
+      method: 'POST', path: '/v1/chat', operationId: 'chat', tag: TAG, auth: ['owner'],
+      summary: 'Answer a query with one completion over the retrieved memories and the personality',
+      description: 'Retrieval as in POST /v1/search, then one non-streaming completion. Neither the query nor the answer is stored. 503 when no chat provider is configured.',
+      body: SearchBody, readModels: [MEMORIES_PROJECTION, PERSONALITY_PROJECTION],
+      responses: { 200: { description: 'the answer and the context it was given', schema: ChatResponse } },
+      errors: READ_ERRORS,
+      async handler({ body, log }) {
+        check(...checkText('body.query', body.query, MAX_TEXT_BYTES));
+        const mode = body.mode ?? 'lexical';
+        retrieval.requireMode(mode);
+        const chat = deps.chat;
+        if (!chat) throw llmNotConfigured('chat');
+        await retrieval.consistent(retrieval.readModels(mode, [PERSONALITY_PROJECTION]));
+        const [memories, doc] = await Promise.all([
+          viaProvider(log, 'chat', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT)),
+          retrieval.personality(body.scope),
+        ]);
+        const personality = doc?.personality ?? '';
+        const answer = await viaProvider(log, 'chat', () => chat.complete(chatMessages(personality, memories, body.query)));
+        return { body: { answer, context: { personality, memories } } };
+      },
+    }),
+    route({
+      method: 'GET', path: '/v1/export', operationId: 'exportScope', tag: TAG, auth: ['owner'],
+      summary: 'Every live memory of the scope with its vector, and the personality',
+      description: 'Live records only; deleted memories are never exported. Contains personal data: treat it as private.',
+      query: ScopeQuery, readModels: retrieval.allReadModels(),
+      responses: { 200: { description: 'the scope\'s data', schema: ExportResponse } },
+      errors: READ_ERRORS,
+      async handler({ query }) {
+        const { agent, user } = query;
+        await retrieval.consistent(retrieval.allReadModels());
+        const vectors = new Map<string, VectorDoc>();
+        if (retrieval.hasVectors) {
+          for (let cursor: string | undefined; ;) {
+            const page = await reads.find<VectorDoc>(VECTORS, { where: { agent, user }, limit: 10_000, cursor });
+            for (const v of page.items) vectors.set(v.memory_id, v);
+            if (!page.next_cursor) break;
+            cursor = page.next_cursor;
+          }
+        }
+        const memories = [];
+        for (let cursor: string | undefined; ;) {
+          const page = await reads.find<MemoryDoc>(MEMORIES, { where: { agent, user }, sort: { field: 'created_at', order: 'asc' }, limit: 10_000, cursor });
+          for (const doc of page.items) {
+            const v = vectors.get(doc.memory_id);
+            memories.push({ ...toView(doc), ...(v ? { vector: Array.from(decodeVector(v.vector, v.dim), (x) => Number(x.toPrecision(9))), vector_model: v.model } : {}) });
+          }
+          if (!page.next_cursor) break;
+          cursor = page.next_cursor;
+        }
+        const personality = await retrieval.personality({ agent, user });
+        return { body: { scope: { agent, user }, personality: personality?.personality ?? '', memories } };
+      },
+    }),
+    route({
+      method: 'DELETE', path: '/v1/memories', operationId: 'deleteMemory', tag: TAG, auth: ['owner'],
+      summary: 'Delete one live memory (logically) and its search entries',
+      description: '404 when the scope has no live memory with this id. The memory can be stored again with the same id later.',
+      query: DeleteMemoryQuery,
+      responses: { 200: { description: 'deleted', schema: DeleteMemoryResponse } },
+      errors: [400, 401, 403, 404, 500],
+      async handler({ query, meta }) {
+        const { agent, user, id } = query;
+        const result = await bus.handle(memoryStream(agent, user), memoryDecider, { type: 'DeleteMemory', data: { agent, user, memory_id: id } }, meta);
+        return { body: { id, deleted: 1 }, position: result.position };
+      },
+    }),
+    route({
+      method: 'DELETE', path: '/v1/scope', operationId: 'deleteScope', tag: TAG, auth: ['owner'],
+      summary: 'Delete all live memories, their index entries and the personality of the scope (logically)',
+      description: 'An empty or unknown scope answers 200 with `deleted: 0` and appends nothing.',
+      query: ScopeQuery,
+      responses: { 200: { description: 'what was deleted', schema: DeleteScopeResponse } },
+      errors: WRITE_ERRORS,
+      async handler({ query, meta }) {
+        const { agent, user } = query;
+        const result = await bus.handle(memoryStream(agent, user), memoryDecider, { type: 'DeleteScope', data: { agent, user } }, meta);
+        const event = result.events[0];
+        const deleted = event?.type === 'ScopeDeleted' ? event.data : undefined;
+        return { body: { scope: { agent, user }, deleted: deleted?.memory_count ?? 0, personality_deleted: deleted?.personality ?? false }, position: result.position };
+      },
+    }),
+  ];
+}

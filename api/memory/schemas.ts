@@ -1,0 +1,93 @@
+import Type, { type Static } from 'typebox';
+import {
+  MAX_PERSONALITY_BYTES, MAX_SESSION_BYTES, MAX_TEXT_BYTES, MEMORY_ID_PATTERN, SCOPE_ID_PATTERN,
+} from '../../domain/memory/decider.js';
+import { DateTime } from '../shared/schemas.js';
+
+// maxLength (characters) is implied by the byte limits (a UTF-8 string has at least as many bytes as
+// characters); it rejects gross oversize early, and the handlers check the exact byte limits.
+const ScopeId = Type.String({ pattern: SCOPE_ID_PATTERN, description: '1-128 ASCII letters, digits, `_`, `.`, `-`' });
+const MemoryId = Type.String({
+  pattern: MEMORY_ID_PATTERN,
+  description: '1-128 ASCII letters, digits, `_`, `.`, `:`, `-`. Given: updates that memory in the scope, or creates it with this id. Omitted: derived from the trimmed text (`m_` + 32 hex digits), so the same text is one memory.',
+});
+const Text = (what: string, max: number) => Type.String({ maxLength: max, description: `${what}: not empty after trimming, at most ${max.toLocaleString('en-US')} bytes (UTF-8)` });
+const Session = Type.Union([Type.String({ maxLength: MAX_SESSION_BYTES }), Type.Null()], {
+  description: `optional provenance label, at most ${MAX_SESSION_BYTES} bytes; "" and null mean none`,
+});
+
+export const Scope = Type.Object({ agent: ScopeId, user: ScopeId }, { additionalProperties: false, description: 'agent and user namespaces' });
+export type Scope = Static<typeof Scope>;
+
+export const StoreMemoryBody = Type.Object({
+  scope: Scope,
+  id: Type.Optional(MemoryId),
+  text: Text('memory text, stored trimmed and NFC-normalised', MAX_TEXT_BYTES),
+  session: Type.Optional(Session),
+}, { additionalProperties: false });
+export type StoreMemoryBody = Static<typeof StoreMemoryBody>;
+
+export const SearchMode = Type.Union([Type.Literal('lexical'), Type.Literal('semantic'), Type.Literal('hybrid')], {
+  description: '`lexical` (default): BM25; `semantic`: cosine similarity of embeddings; `hybrid`: reciprocal rank fusion (k = 60) of both ranks',
+});
+
+export const SearchBody = Type.Object({
+  scope: Scope,
+  query: Text('query', MAX_TEXT_BYTES),
+  mode: Type.Optional(SearchMode),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, description: 'default 5' })),
+}, { additionalProperties: false });
+export type SearchBody = Static<typeof SearchBody>;
+
+export const PersonalityBody = Type.Object({
+  scope: Scope,
+  personality: Text('personality text', MAX_PERSONALITY_BYTES),
+}, { additionalProperties: false });
+export type PersonalityBody = Static<typeof PersonalityBody>;
+
+export const IngestBody = Type.Object({
+  scope: Scope,
+  text: Text('text to extract facts from (never stored)', MAX_TEXT_BYTES),
+  session: Type.Optional(Session),
+}, { additionalProperties: false });
+export type IngestBody = Static<typeof IngestBody>;
+
+export const ScopeQuery = Type.Object({ agent: ScopeId, user: ScopeId }, { additionalProperties: false });
+export const DeleteMemoryQuery = Type.Object({ agent: ScopeId, user: ScopeId, id: MemoryId }, { additionalProperties: false });
+
+export const MemoryView = Type.Object({
+  id: Type.String(),
+  text: Type.String(),
+  session: Type.Union([Type.String(), Type.Null()]),
+  created_at: DateTime,
+  updated_at: DateTime,
+});
+export type MemoryView = Static<typeof MemoryView>;
+
+export const ScoredMemory = Type.Object({
+  ...MemoryView.properties,
+  score: Type.Number({ description: 'higher is better; scales differ by mode and are not probabilities' }),
+});
+export type ScoredMemory = Static<typeof ScoredMemory>;
+
+export const SearchResponse = Type.Object({ results: Type.Array(ScoredMemory, { description: 'best first' }) });
+const PersonalityText = Type.String({ description: 'the scope\'s personality text; "" when none is set' });
+export const ContextResponse = Type.Object({ personality: PersonalityText, memories: Type.Array(ScoredMemory) });
+export const PersonalityResponse = Type.Object({ scope: Scope, personality: Type.String(), updated_at: DateTime });
+export const IngestResponse = Type.Object({ facts: Type.Array(MemoryView, { maxItems: 20, description: 'the stored memories, at most 20 (a fact already stored with the same text is returned once, unchanged)' }) });
+export const ChatResponse = Type.Object({ answer: Type.String(), context: ContextResponse });
+export const ExportResponse = Type.Object({
+  scope: Scope,
+  personality: PersonalityText,
+  memories: Type.Array(Type.Object({
+    ...MemoryView.properties,
+    vector: Type.Optional(Type.Array(Type.Number(), { description: 'unit-length embedding (absent when embeddings are not configured)' })),
+    vector_model: Type.Optional(Type.String({ description: 'embedding model the vector was computed with' })),
+  }), { description: 'live memories, oldest first' }),
+});
+export const DeleteMemoryResponse = Type.Object({ id: Type.String(), deleted: Type.Literal(1) });
+export const DeleteScopeResponse = Type.Object({
+  scope: Scope,
+  deleted: Type.Integer({ description: 'live memories deleted (0 for an empty or unknown scope)' }),
+  personality_deleted: Type.Boolean(),
+});

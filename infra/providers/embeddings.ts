@@ -1,0 +1,101 @@
+import type { ProvidersConfig } from '../config.js';
+import { tokenize } from '../search/tokenize.js';
+import { normalize } from '../search/vector.js';
+import { postJson, ProviderError, type HttpProviderOptions } from './http.js';
+
+export interface Embedder {
+  /** Recorded with every vector: vectors of different models are never compared. */
+  readonly model: string;
+  /** Unit-length vectors, one per text, in order. */
+  embed(texts: string[]): Promise<Float32Array[]>;
+}
+
+export const LOCAL_EMBEDDING_DIM = 256;
+export const LOCAL_EMBEDDING_MODEL = `local-hash-${LOCAL_EMBEDDING_DIM}-v1`;
+
+/** 32-bit FNV-1a over UTF-16 code units, finished with murmur3's fmix32 so every bit depends on every input. */
+function hash32(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+/**
+ * The offline default: signed feature hashing of word unigrams (weight 1) and character trigrams of
+ * each word with boundary marks (weight 0.5 each) into 256 dimensions, L2-normalised. Deterministic,
+ * no network, no model files. It captures word and sub-word overlap (shared words, spelling variants,
+ * shared stems such as "running"/"runner"), not meaning: synonyms, paraphrases and translations do not
+ * come out close.
+ */
+export class LocalHashEmbedder implements Embedder {
+  readonly model = LOCAL_EMBEDDING_MODEL;
+
+  embedOne(text: string): Float32Array {
+    const vector = new Float32Array(LOCAL_EMBEDDING_DIM);
+    const add = (feature: string, weight: number) => {
+      const h = hash32(feature);
+      vector[h & (LOCAL_EMBEDDING_DIM - 1)]! += h & 0x80000000 ? -weight : weight;
+    };
+    for (const word of tokenize(text)) {
+      add(`w:${word}`, 1);
+      const padded = `\u0002${word}\u0003`;
+      for (let i = 0; i + 3 <= padded.length; i++) add(padded.slice(i, i + 3), 0.5);
+    }
+    return normalize(vector);
+  }
+
+  async embed(texts: string[]): Promise<Float32Array[]> {
+    return texts.map((t) => this.embedOne(t));
+  }
+}
+
+const EMBEDDING_BATCH = 128;
+
+/** OpenAI-compatible `POST {base}/embeddings`, batched; vectors are normalised here (not every server does). */
+export class OpenAiEmbedder implements Embedder {
+  constructor(private readonly http: HttpProviderOptions, readonly model: string) {}
+
+  async embed(texts: string[]): Promise<Float32Array[]> {
+    const out: Float32Array[] = [];
+    for (let start = 0; start < texts.length; start += EMBEDDING_BATCH) {
+      const input = texts.slice(start, start + EMBEDDING_BATCH);
+      const reply = await postJson('embeddings', this.http, '/embeddings', { model: this.model, input });
+      const data = (reply as { data?: Array<{ index?: number; embedding?: unknown }> })?.data;
+      if (!Array.isArray(data) || data.length !== input.length) {
+        throw new ProviderError('embeddings', `embeddings reply has ${Array.isArray(data) ? data.length : 'no'} vectors for ${input.length} inputs`, 200, JSON.stringify(reply).slice(0, 2000));
+      }
+      const ordered = [...data].sort((a, b) => (a.index ?? 0) - (b.index ?? 0));
+      let dim: number | undefined;
+      for (const item of ordered) {
+        const e = item.embedding;
+        if (!Array.isArray(e) || e.length === 0 || !e.every((x) => typeof x === 'number' && Number.isFinite(x)) || (dim !== undefined && e.length !== dim)) {
+          throw new ProviderError('embeddings', 'embeddings reply has a malformed vector', 200, JSON.stringify(item).slice(0, 2000));
+        }
+        dim = e.length;
+        out.push(normalize(Float32Array.from(e as number[])));
+      }
+    }
+    return out;
+  }
+}
+
+/** The configured embedder, or undefined for EMBEDDINGS_PROVIDER=none. */
+export function createEmbedder(config: ProvidersConfig): Embedder | undefined {
+  const { embeddings, llm } = config;
+  switch (embeddings.provider) {
+    case 'none':
+      return undefined;
+    case 'local':
+      return new LocalHashEmbedder();
+    case 'openai':
+      return new OpenAiEmbedder({ baseUrl: embeddings.baseUrl!, apiKey: embeddings.apiKey, timeoutMs: llm.timeoutMs, maxRetries: llm.maxRetries }, embeddings.model);
+  }
+}

@@ -1,0 +1,17 @@
+import type { Hit } from './topk.js';
+
+export const RRF_K = 60;
+
+/**
+ * Reciprocal rank fusion: score(d) = Σ over the lists that contain d of 1 / (k + rank), rank starting at 1.
+ * Only ranks count, so lists with incomparable scores (BM25, cosine) combine without calibration.
+ */
+export function reciprocalRankFusion(lists: Hit[][], limit: number, k = RRF_K): Hit[] {
+  const fused = new Map<string, number>();
+  for (const list of lists) {
+    list.forEach((hit, i) => fused.set(hit.id, (fused.get(hit.id) ?? 0) + 1 / (k + i + 1)));
+  }
+  return [...fused].map(([id, score]) => ({ id, score }))
+    .sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+    .slice(0, limit);
+}

@@ -1,0 +1,158 @@
+import { tokenize } from './tokenize.js';
+import { topK, type Hit } from './topk.js';
+
+/** Full-text index over the live memories of each scope. A search only ever touches its own scope. */
+export interface LexicalIndex {
+  upsert(scope: string, id: string, text: string): void;
+  remove(scope: string, id: string): void;
+  dropScope(scope: string): void;
+  clear(): void;
+  /** Best first; only documents sharing at least one term with the query. */
+  search(scope: string, query: string, limit: number): Hit[];
+  size(scope: string): number;
+}
+
+const K1 = 1.2;
+const B = 0.75;
+/** A posting packs slot and term frequency in one small integer: slot * 256 + min(tf, 255). */
+const TF_BITS = 256;
+
+/**
+ * One scope's inverted index. Documents live in slots; a removed document's slot is marked dead and
+ * skipped, its terms' document frequencies are decremented at once, and the postings are compacted when
+ * dead slots outnumber live ones, so deletes and updates cost O(terms of the document).
+ */
+class ScopeIndex {
+  readonly termIds = new Map<string, number>();
+  postings: number[][] = [];
+  df: number[] = [];
+  slotIds: Array<string | undefined> = [];
+  slotLength: number[] = [];
+  slotTerms: Array<Uint32Array | undefined> = [];
+  slotTfs: Array<Uint8Array | undefined> = [];
+  readonly slotOf = new Map<string, number>();
+  totalLength = 0;
+  dead = 0;
+
+  get live(): number { return this.slotOf.size; }
+
+  add(id: string, tokens: string[]): void {
+    this.remove(id);
+    const counts = new Map<string, number>();
+    for (const t of tokens) counts.set(t, (counts.get(t) ?? 0) + 1);
+    const slot = this.slotIds.length;
+    const terms = new Uint32Array(counts.size);
+    const tfs = new Uint8Array(counts.size);
+    let i = 0;
+    for (const [term, count] of counts) {
+      let tid = this.termIds.get(term);
+      if (tid === undefined) {
+        tid = this.postings.length;
+        this.termIds.set(term, tid);
+        this.postings.push([]);
+        this.df.push(0);
+      }
+      const tf = Math.min(count, TF_BITS - 1);
+      this.postings[tid]!.push(slot * TF_BITS + tf);
+      this.df[tid]! += 1;
+      terms[i] = tid;
+      tfs[i] = tf;
+      i++;
+    }
+    this.slotIds.push(id);
+    this.slotLength.push(tokens.length);
+    this.slotTerms.push(terms);
+    this.slotTfs.push(tfs);
+    this.slotOf.set(id, slot);
+    this.totalLength += tokens.length;
+  }
+
+  remove(id: string): void {
+    const slot = this.slotOf.get(id);
+    if (slot === undefined) return;
+    this.slotOf.delete(id);
+    for (const tid of this.slotTerms[slot]!) this.df[tid]! -= 1;
+    this.totalLength -= this.slotLength[slot]!;
+    this.slotIds[slot] = undefined;
+    this.slotTerms[slot] = undefined;
+    this.slotTfs[slot] = undefined;
+    this.dead += 1;
+    if (this.dead > 1024 && this.dead > this.live) this.compact();
+  }
+
+  /** Renumbers the live slots densely and rebuilds the postings from each document's stored terms. */
+  private compact(): void {
+    const ids = this.slotIds, lengths = this.slotLength, terms = this.slotTerms, tfs = this.slotTfs;
+    this.postings = this.postings.map(() => []);
+    this.slotIds = [];
+    this.slotLength = [];
+    this.slotTerms = [];
+    this.slotTfs = [];
+    for (let old = 0; old < ids.length; old++) {
+      const id = ids[old];
+      if (id === undefined) continue;
+      const slot = this.slotIds.length;
+      const t = terms[old]!, f = tfs[old]!;
+      for (let i = 0; i < t.length; i++) this.postings[t[i]!]!.push(slot * TF_BITS + f[i]!);
+      this.slotIds.push(id);
+      this.slotLength.push(lengths[old]!);
+      this.slotTerms.push(t);
+      this.slotTfs.push(f);
+      this.slotOf.set(id, slot);
+    }
+    this.dead = 0;
+  }
+}
+
+/** BM25 (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5))) over in-process inverted indexes. */
+export class Bm25Index implements LexicalIndex {
+  private readonly scopes = new Map<string, ScopeIndex>();
+  private scores = new Float64Array(1024);
+
+  upsert(scope: string, id: string, text: string): void {
+    let index = this.scopes.get(scope);
+    if (!index) this.scopes.set(scope, (index = new ScopeIndex()));
+    index.add(id, tokenize(text));
+  }
+
+  remove(scope: string, id: string): void {
+    const index = this.scopes.get(scope);
+    if (!index) return;
+    index.remove(id);
+    if (index.live === 0) this.scopes.delete(scope);
+  }
+
+  dropScope(scope: string): void { this.scopes.delete(scope); }
+  clear(): void { this.scopes.clear(); }
+  size(scope: string): number { return this.scopes.get(scope)?.live ?? 0; }
+
+  search(scope: string, query: string, limit: number): Hit[] {
+    const index = this.scopes.get(scope);
+    if (!index || index.live === 0) return [];
+    const n = index.live;
+    const avgLength = index.totalLength / n || 1;
+    if (this.scores.length < index.slotIds.length) this.scores = new Float64Array(index.slotIds.length * 2);
+    const scores = this.scores;
+    const touched: number[] = [];
+    for (const term of new Set(tokenize(query))) {
+      const tid = index.termIds.get(term);
+      if (tid === undefined) continue;
+      const df = index.df[tid]!;
+      if (df === 0) continue;
+      const idf = Math.log(1 + (n - df + 0.5) / (df + 0.5));
+      const postings = index.postings[tid]!;
+      for (let j = 0; j < postings.length; j++) {
+        const p = postings[j]!;
+        const slot = (p / TF_BITS) | 0;
+        if (index.slotIds[slot] === undefined) continue;
+        const tf = p & (TF_BITS - 1);
+        const norm = K1 * (1 - B + (B * index.slotLength[slot]!) / avgLength);
+        if (scores[slot] === 0) touched.push(slot);
+        scores[slot] += (idf * tf * (K1 + 1)) / (tf + norm);
+      }
+    }
+    const hits = topK(touched.length, limit, (i) => scores[touched[i]!]!, (i) => index.slotIds[touched[i]!]!);
+    for (const slot of touched) scores[slot] = 0;
+    return hits;
+  }
+}

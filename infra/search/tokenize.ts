@@ -1,0 +1,31 @@
+/**
+ * Unicode word tokenizer shared by the BM25 index and the local embedder.
+ *
+ * Text is NFKC-normalised (full-width forms, ligatures and compatibility characters fold to their
+ * plain forms) and lower-cased without a locale (the same result on every machine); a word is a run of
+ * letters and digits, with combining marks kept inside it (Devanagari vowel signs, etc.). Scripts
+ * written without spaces (Han, Hiragana, Katakana) are cut into overlapping character bigrams, so a
+ * query can match inside a sentence.
+ */
+const WORD = /[\p{L}\p{N}][\p{L}\p{N}\p{M}]*/gu;
+const UNSPACED = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}]/u;
+const UNSPACED_RUN = /([\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\u30fc]+)|([^\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\u30fc]+)/gu;
+
+export function tokenize(text: string): string[] {
+  const words = text.normalize('NFKC').toLowerCase().match(WORD);
+  if (!words) return [];
+  const out: string[] = [];
+  for (const word of words) {
+    if (!UNSPACED.test(word)) {
+      out.push(word);
+      continue;
+    }
+    for (const [, unspaced, other] of word.matchAll(UNSPACED_RUN)) {
+      if (other) { out.push(other); continue; }
+      const chars = [...unspaced!];
+      if (chars.length === 1) out.push(chars[0]!);
+      for (let i = 0; i + 1 < chars.length; i++) out.push(chars[i]! + chars[i + 1]!);
+    }
+  }
+  return out;
+}

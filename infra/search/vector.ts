@@ -1,0 +1,143 @@
+import { topK, type Hit } from './topk.js';
+
+/**
+ * Nearest neighbours by cosine similarity within one scope. Vectors are compared only with vectors of
+ * the same embedding model: after a model change, the old model's vectors stay out of searches until
+ * `ops projections rebuild memory-vectors` has re-embedded them.
+ */
+export interface VectorIndex {
+  upsert(scope: string, id: string, model: string, vector: Float32Array): void;
+  remove(scope: string, id: string): void;
+  dropScope(scope: string): void;
+  clear(): void;
+  /** Best first, by cosine similarity; no threshold (a weak match still ranks). */
+  search(scope: string, model: string, query: Float32Array, limit: number): Hit[];
+  size(scope: string): number;
+}
+
+/** Scales to unit length in place (a zero vector stays zero) and returns it. */
+export function normalize(vector: Float32Array): Float32Array {
+  let sum = 0;
+  for (let i = 0; i < vector.length; i++) sum += vector[i]! * vector[i]!;
+  if (sum === 0) return vector;
+  const inv = 1 / Math.sqrt(sum);
+  for (let i = 0; i < vector.length; i++) vector[i]! *= inv;
+  return vector;
+}
+
+/**
+ * The unit vectors of one scope and model, stored column-major in one Float32Array (dimension d of
+ * slot s at d * capacity + s). A search adds q[d] * column d into the scores for each non-zero query
+ * component: exact cosine (all vectors are unit length), and a sparse query (the local embedder's are)
+ * touches only its non-zero columns. Removal moves the last slot into the hole, so slots stay dense.
+ */
+class ColumnStore {
+  data: Float32Array;
+  capacity = 0;
+  count = 0;
+  readonly ids: string[] = [];
+  readonly slotOf = new Map<string, number>();
+
+  constructor(readonly dim: number) {
+    this.data = new Float32Array(0);
+  }
+
+  set(id: string, vector: Float32Array): void {
+    let slot = this.slotOf.get(id);
+    if (slot === undefined) {
+      if (this.count === this.capacity) this.grow();
+      slot = this.count++;
+      this.ids[slot] = id;
+      this.slotOf.set(id, slot);
+    }
+    const cap = this.capacity;
+    for (let d = 0; d < this.dim; d++) this.data[d * cap + slot] = vector[d]!;
+  }
+
+  remove(id: string): boolean {
+    const slot = this.slotOf.get(id);
+    if (slot === undefined) return false;
+    this.slotOf.delete(id);
+    const last = --this.count;
+    if (slot !== last) {
+      const cap = this.capacity;
+      for (let d = 0; d < this.dim; d++) this.data[d * cap + slot] = this.data[d * cap + last]!;
+      const moved = this.ids[last]!;
+      this.ids[slot] = moved;
+      this.slotOf.set(moved, slot);
+    }
+    this.ids.length = this.count;
+    return true;
+  }
+
+  private grow(): void {
+    const capacity = Math.max(64, this.capacity * 2);
+    const data = new Float32Array(this.dim * capacity);
+    for (let d = 0; d < this.dim; d++) data.set(this.data.subarray(d * this.capacity, d * this.capacity + this.count), d * capacity);
+    this.data = data;
+    this.capacity = capacity;
+  }
+
+  scores(query: Float32Array, into: Float64Array): void {
+    const n = this.count, cap = this.capacity, data = this.data;
+    into.fill(0, 0, n);
+    for (let d = 0; d < this.dim; d++) {
+      const q = query[d]!;
+      if (q === 0) continue;
+      const base = d * cap;
+      for (let i = 0; i < n; i++) into[i] += q * data[base + i]!;
+    }
+  }
+}
+
+/** Brute force over contiguous per-scope arrays: O(non-zero query dims × scope size) per search. */
+export class BruteForceVectorIndex implements VectorIndex {
+  /** scope → model → vectors */
+  private readonly scopes = new Map<string, Map<string, ColumnStore>>();
+  private scratch = new Float64Array(1024);
+
+  upsert(scope: string, id: string, model: string, vector: Float32Array): void {
+    let models = this.scopes.get(scope);
+    if (!models) this.scopes.set(scope, (models = new Map()));
+    for (const [name, store] of models) if (name !== model || store.dim !== vector.length) store.remove(id);
+    let store = models.get(model);
+    if (!store || store.dim !== vector.length) models.set(model, (store = new ColumnStore(vector.length)));
+    store.set(id, normalize(Float32Array.from(vector)));
+  }
+
+  remove(scope: string, id: string): void {
+    const models = this.scopes.get(scope);
+    if (!models) return;
+    for (const [name, store] of models) {
+      store.remove(id);
+      if (store.count === 0) models.delete(name);
+    }
+    if (models.size === 0) this.scopes.delete(scope);
+  }
+
+  dropScope(scope: string): void { this.scopes.delete(scope); }
+  clear(): void { this.scopes.clear(); }
+
+  size(scope: string): number {
+    let n = 0;
+    for (const store of this.scopes.get(scope)?.values() ?? []) n += store.count;
+    return n;
+  }
+
+  /** Vectors per model across scopes, e.g. to warn about vectors of a model no longer configured. */
+  models(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const models of this.scopes.values()) for (const [name, store] of models) out.set(name, (out.get(name) ?? 0) + store.count);
+    return out;
+  }
+
+  search(scope: string, model: string, query: Float32Array, limit: number): Hit[] {
+    const store = this.scopes.get(scope)?.get(model);
+    if (!store || store.count === 0 || store.dim !== query.length) return [];
+    const q = normalize(Float32Array.from(query));
+    if (this.scratch.length < store.count) this.scratch = new Float64Array(store.count * 2);
+    const scores = this.scratch;
+    store.scores(q, scores);
+    return topK(store.count, limit, (i) => scores[i]!, (i) => store.ids[i]!);
+  }
+}

@@ -1,0 +1,105 @@
+import type { MemoryDeleted, MemoryStored, MemoryUpdated, ScopeDeleted } from '../../domain/memory/decider.js';
+import type { RecordedEvent } from '../../infra/eventstore/port.js';
+import type { ProjectionWriter, ReadStore } from '../../infra/readstore/port.js';
+import type { LexicalIndex } from '../../infra/search/lexical.js';
+import type { Projection } from '../projection.js';
+import { IndexSync } from './sync.js';
+
+export const MEMORIES_PROJECTION = 'memories';
+export const MEMORIES = 'memories';
+
+export interface MemoryDoc {
+  id: string;
+  agent: string;
+  user: string;
+  memory_id: string;
+  text: string;
+  session: string | null;
+  created_at: string;
+  updated_at: string;
+  [field: string]: unknown;
+}
+
+export const scopeKey = (agent: string, user: string) => `${agent}/${user}`;
+export const memoryDocId = (agent: string, user: string, memoryId: string) => `${agent}/${user}/${memoryId}`;
+
+type Handled = MemoryStored | MemoryUpdated | MemoryDeleted | ScopeDeleted;
+const HANDLED = ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'ScopeDeleted'] as const;
+
+/**
+ * Pages are large on purpose: without planner statistics the embedded read store answers a page sorted
+ * by id by scanning and sorting the matching rows, so the number of pages, not their size, is the cost.
+ */
+const PAGE = 10_000;
+
+/** Deletes every live document of a scope (cursor-paged, so replaying a ScopeDeleted terminates). */
+export async function deleteScopeDocs(writer: ProjectionWriter, collection: string, agent: string, user: string, position: number): Promise<void> {
+  for (let cursor: string | undefined; ;) {
+    const page = await writer.find(collection, { where: { agent, user }, limit: PAGE, cursor });
+    for (const doc of page.items) await writer.delete(collection, doc.id, position);
+    if (!page.next_cursor) return;
+    cursor = page.next_cursor;
+  }
+}
+
+/** Every live document of a collection, in pages (for reloading in-process indexes). */
+export async function* allDocs<T extends { id: string; [field: string]: unknown }>(reads: ReadStore, collection: string): AsyncIterable<T> {
+  for (let cursor: string | undefined; ;) {
+    const page = await reads.find<T>(collection, { limit: PAGE, cursor });
+    yield* page.items;
+    if (!page.next_cursor) return;
+    cursor = page.next_cursor;
+  }
+}
+
+export interface MemoriesProjection extends Projection {
+  /** Present when the projection keeps the lexical index (the server; not the ops CLI). */
+  readonly sync?: IndexSync<RecordedEvent[]>;
+}
+
+/** The live memories of every scope; with `lexical`, also the BM25 index of each scope beside them. */
+export function memoriesProjection(index?: { reads: ReadStore; lexical: LexicalIndex }): MemoriesProjection {
+  const applyToIndex = (lexical: LexicalIndex) => (events: RecordedEvent[]) => {
+    for (const event of events) {
+      const e = event as unknown as Handled;
+      const scope = scopeKey(e.data.agent, e.data.user);
+      if (e.type === 'MemoryStored' || e.type === 'MemoryUpdated') lexical.upsert(scope, e.data.memory_id, e.data.text);
+      else if (e.type === 'MemoryDeleted') lexical.remove(scope, e.data.memory_id);
+      else if (e.type === 'ScopeDeleted') lexical.dropScope(scope);
+    }
+  };
+  const sync = index && new IndexSync<RecordedEvent[]>(MEMORIES_PROJECTION, index.reads, async () => {
+    index.lexical.clear();
+    for await (const doc of allDocs<MemoryDoc>(index.reads, MEMORIES)) index.lexical.upsert(scopeKey(doc.agent, doc.user), doc.memory_id, doc.text);
+  }, applyToIndex(index.lexical));
+
+  return {
+    name: MEMORIES_PROJECTION,
+    collections: [{ name: MEMORIES, indexes: [['agent', 'user', 'created_at']] }],
+    canHandle: HANDLED,
+    sync,
+    async apply(event, writer) {
+      const e = event as unknown as Handled;
+      const { agent, user } = e.data;
+      switch (e.type) {
+        case 'MemoryStored':
+        case 'MemoryUpdated': {
+          const d = e.data;
+          await writer.put<MemoryDoc>(MEMORIES, {
+            id: memoryDocId(agent, user, d.memory_id), agent, user, memory_id: d.memory_id, text: d.text, session: d.session,
+            created_at: d.created_at, updated_at: e.type === 'MemoryUpdated' ? e.data.updated_at : d.created_at,
+          }, event.position);
+          return;
+        }
+        case 'MemoryDeleted':
+          await writer.delete(MEMORIES, memoryDocId(agent, user, e.data.memory_id), event.position);
+          return;
+        case 'ScopeDeleted':
+          await deleteScopeDocs(writer, MEMORIES, agent, user, event.position);
+          return;
+      }
+    },
+    afterCommit: sync && ((events, generation) => sync.afterCommit(events, generation)),
+    reset: sync && (() => sync.reset()),
+  };
+}

@@ -1,0 +1,57 @@
+import type { ReadStore } from '../../infra/readstore/port.js';
+
+/**
+ * Keeps an in-process index (BM25, vectors) in step with one projection's read model.
+ *
+ * The index follows the batches the projection commits (`afterCommit`) for the generation it was
+ * loaded from, and is reloaded from the read model when the projection is reset (start, or the runner
+ * found a rebuilt generation swapped in) and when a query notices that the live generation is no
+ * longer the one it was loaded from (a rebuild in another process swapped it in while no event arrived).
+ * Batches committed while a reload is running are replayed on top of it, in order.
+ */
+export class IndexSync<Batch> {
+  private generation: number | undefined;
+  private loading: Promise<void> | undefined;
+  private buffered: Array<{ batch: Batch; generation: number }> | undefined;
+
+  constructor(
+    private readonly projection: string,
+    private readonly reads: ReadStore,
+    /** Clears the index and fills it from the live read model. */
+    private readonly load: () => Promise<void>,
+    private readonly apply: (batch: Batch) => void,
+  ) {}
+
+  afterCommit(batch: Batch, generation: number): void {
+    if (this.buffered) this.buffered.push({ batch, generation });
+    else if (generation === this.generation) this.apply(batch);
+  }
+
+  reset(): Promise<void> {
+    const previous = this.loading ?? Promise.resolve();
+    const run = previous.catch(() => undefined).then(() => this.reload());
+    this.loading = run;
+    const clear = () => { if (this.loading === run) this.loading = undefined; };
+    run.then(clear, clear);
+    return run;
+  }
+
+  private async reload(): Promise<void> {
+    this.buffered = [];
+    try {
+      const { generation } = await this.reads.checkpoint(this.projection);
+      await this.load();
+      this.generation = generation;
+      for (const b of this.buffered) if (b.generation === generation) this.apply(b.batch);
+    } finally {
+      this.buffered = undefined;
+    }
+  }
+
+  /** Before a query: waits for a running reload, and reloads if a rebuilt generation went live meanwhile. */
+  async ready(): Promise<void> {
+    if (this.loading) await this.loading;
+    const { generation } = await this.reads.checkpoint(this.projection);
+    if (generation !== this.generation) await this.reset();
+  }
+}

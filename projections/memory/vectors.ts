@@ -1,0 +1,137 @@
+import type { MemoryDeleted, MemoryStored, MemoryUpdated, ScopeDeleted } from '../../domain/memory/decider.js';
+import type { RecordedEvent } from '../../infra/eventstore/port.js';
+import type { ReadStore } from '../../infra/readstore/port.js';
+import type { Embedder } from '../../infra/providers/embeddings.js';
+import type { VectorIndex } from '../../infra/search/vector.js';
+import type { Projection } from '../projection.js';
+import { allDocs, deleteScopeDocs, memoryDocId, scopeKey } from './memories.js';
+import { IndexSync } from './sync.js';
+
+export const VECTORS_PROJECTION = 'memory-vectors';
+export const VECTORS = 'memory_vectors';
+
+export interface VectorDoc {
+  id: string;
+  agent: string;
+  user: string;
+  memory_id: string;
+  model: string;
+  dim: number;
+  /** See encodeVector. */
+  vector: string;
+  [field: string]: unknown;
+}
+
+/**
+ * Vectors as text in the document: base64 of the Float32 (little-endian) components, or, for sparse
+ * vectors (the local embedder's have about a fifth of their components set), `s:` + base64 of
+ * (uint16 index, float32 value) pairs, which keeps documents and the read store's writes small.
+ */
+export function encodeVector(v: Float32Array): string {
+  let nonZero = 0;
+  for (let i = 0; i < v.length; i++) if (v[i] !== 0) nonZero++;
+  if (nonZero * 6 >= v.length * 4 || v.length > 65536) return Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64');
+  const bytes = Buffer.alloc(nonZero * 6);
+  let at = 0;
+  for (let i = 0; i < v.length; i++) {
+    if (v[i] === 0) continue;
+    bytes.writeUInt16LE(i, at);
+    bytes.writeFloatLE(v[i]!, at + 2);
+    at += 6;
+  }
+  return `s:${bytes.toString('base64')}`;
+}
+
+export function decodeVector(text: string, dim: number): Float32Array {
+  const out = new Float32Array(dim);
+  if (text.startsWith('s:')) {
+    const bytes = Buffer.from(text.slice(2), 'base64');
+    for (let at = 0; at + 6 <= bytes.length; at += 6) out[bytes.readUInt16LE(at)] = bytes.readFloatLE(at + 2);
+    return out;
+  }
+  const bytes = Buffer.from(text, 'base64');
+  for (let i = 0; i < dim && i * 4 + 4 <= bytes.length; i++) out[i] = bytes.readFloatLE(i * 4);
+  return out;
+}
+
+type Handled = MemoryStored | MemoryUpdated | MemoryDeleted | ScopeDeleted;
+/** A committed event with the embedding computed for it, if it carries a text. */
+type Embedded = { event: Handled; vector?: Float32Array };
+
+export interface VectorsProjection extends Projection {
+  readonly sync?: IndexSync<Embedded[]>;
+  readonly model: string;
+}
+
+/**
+ * One embedding per live memory, with the model name and dimension. Embeddings are computed in
+ * `prepare`, before the read store's transaction opens, so no provider call happens inside it; a failing
+ * provider fails the batch and the runner retries it from its checkpoint. Rebuilding this projection
+ * re-embeds every live memory from the log with the configured model.
+ */
+export function vectorsProjection(embedder: Embedder, index?: { reads: ReadStore; vectors: VectorIndex }): VectorsProjection {
+  /** Event id → its text's embedding, from `prepare` until the batch has been committed. */
+  const prepared = new Map<string, Float32Array>();
+
+  const applyToIndex = (vectors: VectorIndex) => (batch: Embedded[]) => {
+    for (const { event: e, vector } of batch) {
+      const scope = scopeKey(e.data.agent, e.data.user);
+      if (e.type === 'MemoryStored' || e.type === 'MemoryUpdated') {
+        if (vector) vectors.upsert(scope, e.data.memory_id, embedder.model, vector);
+      } else if (e.type === 'MemoryDeleted') vectors.remove(scope, e.data.memory_id);
+      else if (e.type === 'ScopeDeleted') vectors.dropScope(scope);
+    }
+  };
+  const sync = index && new IndexSync<Embedded[]>(VECTORS_PROJECTION, index.reads, async () => {
+    index.vectors.clear();
+    for await (const doc of allDocs<VectorDoc>(index.reads, VECTORS)) {
+      index.vectors.upsert(scopeKey(doc.agent, doc.user), doc.memory_id, doc.model, decodeVector(doc.vector, doc.dim));
+    }
+  }, applyToIndex(index.vectors));
+
+  return {
+    name: VECTORS_PROJECTION,
+    model: embedder.model,
+    collections: [{ name: VECTORS, indexes: [['agent', 'user']] }],
+    canHandle: ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'ScopeDeleted'],
+    sync,
+    async prepare(events) {
+      const toEmbed = events.filter((e) => e.type === 'MemoryStored' || e.type === 'MemoryUpdated') as unknown as Array<RecordedEvent & (MemoryStored | MemoryUpdated)>;
+      if (toEmbed.length === 0) return;
+      const vectors = await embedder.embed(toEmbed.map((e) => e.data.text));
+      toEmbed.forEach((e, i) => prepared.set(e.id, vectors[i]!));
+    },
+    async apply(event, writer) {
+      const e = event as unknown as Handled;
+      const { agent, user } = e.data;
+      switch (e.type) {
+        case 'MemoryStored':
+        case 'MemoryUpdated': {
+          let vector = prepared.get(event.id);
+          if (!vector) {
+            // Only if the same projection object serves two runners at once; normally `prepare` did this.
+            vector = (await embedder.embed([e.data.text]))[0]!;
+            prepared.set(event.id, vector);
+          }
+          await writer.put<VectorDoc>(VECTORS, {
+            id: memoryDocId(agent, user, e.data.memory_id), agent, user, memory_id: e.data.memory_id,
+            model: embedder.model, dim: vector.length, vector: encodeVector(vector),
+          }, event.position);
+          return;
+        }
+        case 'MemoryDeleted':
+          await writer.delete(VECTORS, memoryDocId(agent, user, e.data.memory_id), event.position);
+          return;
+        case 'ScopeDeleted':
+          await deleteScopeDocs(writer, VECTORS, agent, user, event.position);
+          return;
+      }
+    },
+    afterCommit(events, generation) {
+      const batch = events.map((event) => ({ event: event as unknown as Handled, vector: prepared.get(event.id) }));
+      for (const event of events) prepared.delete(event.id);
+      sync?.afterCommit(batch, generation);
+    },
+    reset: sync && (() => sync.reset()),
+  };
+}

@@ -1,0 +1,188 @@
+import { request } from 'node:http';
+import t, { type Test } from 'tap';
+import { startTestCairn, type TestCairn } from '../support/cairn.js';
+
+/** Every rule of the memory spec at its edge: exactly at the limit passes, one past it fails with a problem. */
+
+const app = await startTestCairn();
+t.teardown(() => app.stop());
+
+const scope = { agent: 'limits', user: 'u' };
+const bytes = (s: string) => Buffer.byteLength(s, 'utf8');
+
+async function send(a: TestCairn, method: string, path: string, init: { json?: unknown; body?: string; headers?: Record<string, string> } = {}) {
+  const res = await a.memory(path, { method, json: init.json, body: init.body, headers: init.headers });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : undefined };
+}
+const post = (path: string, json: unknown) => send(app, 'POST', path, { json });
+
+/** Asserts a 400 problem+json whose errors (or detail) mention `where`. */
+function is400(t: Test, res: Awaited<ReturnType<typeof send>>, where: RegExp | string, what: string) {
+  t.equal(res.status, 400, `${what}: 400`);
+  t.match(res.headers.get('content-type'), /^application\/problem\+json/, `${what}: problem+json`);
+  t.match(JSON.stringify(res.body), where, `${what}: names the problem`);
+}
+
+t.test('scope ids: 1-128 of [A-Za-z0-9_.-], in the body for POST/PUT and the query for GET/DELETE', async (t) => {
+  const id128 = 'a'.repeat(127) + '.';
+  const id129 = 'a'.repeat(129);
+  t.equal((await post('/v1/memories', { scope: { agent: id128, user: 'A-Z_0.9' }, text: 'x' })).status, 200, '128 chars pass');
+  is400(t, await post('/v1/memories', { scope: { agent: id129, user: 'u' }, text: 'x' }), 'body.scope.agent', '129 chars');
+  is400(t, await post('/v1/memories', { scope: { agent: 'a', user: '' }, text: 'x' }), 'body.scope.user', 'empty');
+  for (const bad of ['a/b', 'a b', 'ä', 'a:b', 'a\nb']) is400(t, await post('/v1/search', { scope: { agent: bad, user: 'u' }, query: 'x' }), 'body.scope.agent', JSON.stringify(bad));
+  is400(t, await post('/v1/memories', { text: 'x' }), 'scope', 'missing scope');
+  is400(t, await post('/v1/memories', { scope: { agent: 'a' }, text: 'x' }), 'user', 'missing user');
+
+  t.equal((await send(app, 'GET', `/v1/export?agent=${id128}&user=u`)).status, 200, 'query: 128 chars pass');
+  is400(t, await send(app, 'GET', `/v1/export?agent=${id129}&user=u`), 'query.agent', 'query: 129 chars');
+  is400(t, await send(app, 'GET', '/v1/export?agent=a%2Fb&user=u'), 'query.agent', 'query: slash');
+  is400(t, await send(app, 'GET', '/v1/export?agent=a'), 'user', 'query: missing user');
+  is400(t, await send(app, 'DELETE', `/v1/scope?agent=${id129}&user=u`), 'query.agent', 'DELETE scope: 129 chars');
+  is400(t, await send(app, 'DELETE', '/v1/memories?agent=a&user=u'), 'id', 'DELETE memories: missing id');
+  is400(t, await send(app, 'GET', '/v1/export?agent=a&user=u&user=v'), 'more than once', 'repeated parameter');
+  is400(t, await send(app, 'GET', '/v1/export?agent=a&user=u&extra=1'), 'extra', 'unknown query parameter');
+});
+
+t.test('memory text: non-empty after trim, at most 8,192 bytes (bytes, not characters)', async (t) => {
+  const twoByte = 'é'.repeat(4096);
+  t.equal(bytes(twoByte), 8192);
+  const ok = await post('/v1/memories', { scope, text: twoByte });
+  t.equal(ok.status, 200, '8,192 bytes of 2-byte characters pass');
+  t.equal(ok.body.text, twoByte);
+  t.equal((await post('/v1/memories', { scope, text: '😀'.repeat(2048) })).status, 200, '8,192 bytes of 4-byte characters pass');
+  is400(t, await post('/v1/memories', { scope, text: `${twoByte}a` }), /body\.text.*8192 bytes/, '8,193 bytes');
+  is400(t, await post('/v1/memories', { scope, text: 'é'.repeat(4097) }), 'body.text', '4,097 characters of 2 bytes');
+  is400(t, await post('/v1/memories', { scope, text: '' }), 'body.text', 'empty');
+  is400(t, await post('/v1/memories', { scope, text: ' \n\t ' }), 'body.text', 'whitespace only');
+  is400(t, await post('/v1/memories', { scope }), 'text', 'missing');
+  is400(t, await post('/v1/memories', { scope, text: 42 }), 'body.text', 'not a string');
+});
+
+t.test('session label: at most 128 bytes', async (t) => {
+  t.equal((await post('/v1/memories', { scope, text: 'with session', session: 'é'.repeat(64) })).status, 200, '128 bytes pass');
+  is400(t, await post('/v1/memories', { scope, text: 'with session', session: `${'é'.repeat(64)}a` }), 'body.session', '129 bytes');
+  const none = await post('/v1/memories', { scope, text: 'no session label', session: '' });
+  t.equal(none.body.session, null, '"" means no label');
+  t.equal((await post('/v1/memories', { scope, text: 'null session', session: null })).body.session, null);
+  is400(t, await post('/v1/ingest', { scope, text: 'x', session: 'a'.repeat(129) }), 'body.session', 'ingest: 129 bytes');
+});
+
+t.test('memory id: 1-128 of [A-Za-z0-9_.:-]', async (t) => {
+  const id128 = `note:${'x'.repeat(123)}`;
+  t.equal((await post('/v1/memories', { scope, id: id128, text: 'explicit id' })).body.id, id128, '128 chars pass');
+  is400(t, await post('/v1/memories', { scope, id: `${id128}x`, text: 'explicit id' }), 'body.id', '129 chars');
+  is400(t, await post('/v1/memories', { scope, id: '', text: 'explicit id' }), 'body.id', 'empty');
+  is400(t, await post('/v1/memories', { scope, id: 'a/b', text: 'explicit id' }), 'body.id', 'slash');
+  is400(t, await send(app, 'DELETE', `/v1/memories?agent=a&user=u&id=${'x'.repeat(129)}`), 'query.id', 'DELETE: 129 chars');
+  t.equal((await send(app, 'DELETE', `/v1/memories?agent=${scope.agent}&user=${scope.user}&id=${id128}`)).status, 200, 'DELETE: 128 chars');
+});
+
+t.test('query: non-empty, at most 8,192 bytes; same rules on search, context and chat', async (t) => {
+  const q8192 = 'ü'.repeat(4096);
+  for (const path of ['/v1/search', '/v1/context']) {
+    t.equal((await post(path, { scope, query: q8192 })).status, 200, `${path}: 8,192 bytes pass`);
+    is400(t, await post(path, { scope, query: `${q8192}.` }), 'body.query', `${path}: 8,193 bytes`);
+    is400(t, await post(path, { scope, query: '  ' }), 'body.query', `${path}: blank`);
+    is400(t, await post(path, { scope, query: '' }), 'body.query', `${path}: empty`);
+  }
+  is400(t, await post('/v1/chat', { scope, query: `${q8192}.` }), 'body.query', 'chat: 8,193 bytes');
+  is400(t, await post('/v1/chat', { scope, query: '' }), 'body.query', 'chat: empty');
+});
+
+t.test('limit: integer 1-100', async (t) => {
+  for (const limit of [1, 100]) t.equal((await post('/v1/search', { scope, query: 'x', limit })).status, 200, `limit ${limit}`);
+  for (const limit of [0, 101, 5.5, -1, '5', null]) is400(t, await post('/v1/search', { scope, query: 'x', limit }), 'body.limit', `limit ${JSON.stringify(limit)}`);
+  is400(t, await post('/v1/context', { scope, query: 'x', limit: 101 }), 'body.limit', 'context limit 101');
+  is400(t, await post('/v1/chat', { scope, query: 'x', limit: 0 }), 'body.limit', 'chat limit 0');
+  is400(t, await post('/v1/search', { scope, query: 'x', mode: 'fuzzy' }), 'body.mode', 'unknown mode');
+});
+
+t.test('personality: non-empty, at most 8,192 bytes', async (t) => {
+  const p8192 = 'ß'.repeat(4096);
+  t.equal((await send(app, 'PUT', '/v1/personality', { json: { scope, personality: p8192 } })).status, 200, '8,192 bytes pass');
+  is400(t, await send(app, 'PUT', '/v1/personality', { json: { scope, personality: `${p8192}x` } }), 'body.personality', '8,193 bytes');
+  is400(t, await send(app, 'PUT', '/v1/personality', { json: { scope, personality: '' } }), 'body.personality', 'empty');
+  is400(t, await send(app, 'PUT', '/v1/personality', { json: { scope } }), 'personality', 'missing');
+});
+
+t.test('bodies: unknown fields, trailing JSON, malformed JSON, content type, 1 MiB', async (t) => {
+  is400(t, await post('/v1/memories', { scope, text: 'x', tags: ['a'] }), 'tags', 'unknown top-level field');
+  is400(t, await post('/v1/memories', { scope: { ...scope, tenant: 't' }, text: 'x' }), 'tenant', 'unknown field in scope');
+  is400(t, await send(app, 'PUT', '/v1/personality', { json: { scope, personality: 'p', mood: 'happy' } }), 'mood', 'PUT: unknown field');
+  is400(t, await post('/v1/search', { scope, query: 'x', k: 60 }), 'k', 'search: unknown field');
+
+  const json = { 'Content-Type': 'application/json' };
+  const valid = JSON.stringify({ scope, text: 'trailing' });
+  is400(t, await send(app, 'POST', '/v1/memories', { body: `${valid} {}`, headers: json }), 'JSON', 'trailing JSON value');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: `${valid}x`, headers: json }), 'JSON', 'trailing garbage');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: '{"scope": {', headers: json }), 'malformed JSON', 'malformed JSON');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: '', headers: json }), 'required', 'empty body');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: valid, headers: { 'Content-Type': 'text/plain' } }), 'Content-Type', 'POST text/plain');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: valid }), 'Content-Type', 'POST without content type');
+  is400(t, await send(app, 'PUT', '/v1/personality', { body: JSON.stringify({ scope, personality: 'p' }), headers: { 'Content-Type': 'application/x-www-form-urlencoded' } }), 'Content-Type', 'PUT form');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: '[]', headers: json }), 'body', 'array body');
+
+  const MiB = 1024 * 1024;
+  const atLimit = valid.slice(0, -1) + ' '.repeat(MiB - bytes(valid)) + '}';
+  t.equal(bytes(atLimit), MiB);
+  t.equal((await send(app, 'POST', '/v1/memories', { body: atLimit, headers: json })).status, 200, 'exactly 1 MiB passes');
+  const over = atLimit.slice(0, -1) + ' }';
+  t.equal(bytes(over), MiB + 1);
+  is400(t, await send(app, 'POST', '/v1/memories', { body: over, headers: json }), 'exceeds 1048576 bytes', '1 MiB + 1 byte');
+});
+
+t.test('unknown route 404, wrong method 405 with Allow', async (t) => {
+  const missing = await send(app, 'GET', '/v1/nothing');
+  t.equal(missing.status, 404);
+  t.match(missing.headers.get('content-type'), /problem\+json/);
+  t.equal((await send(app, 'POST', '/v2/memories', { json: {} })).status, 404);
+  for (const [method, path, allow] of [
+    ['GET', '/v1/search', 'POST'], ['GET', '/v1/memories', 'DELETE, POST'], ['PUT', '/v1/memories', 'DELETE, POST'],
+    ['POST', '/v1/export', 'GET, HEAD'], ['GET', '/v1/personality', 'PUT'], ['POST', '/v1/scope', 'DELETE'], ['GET', '/v1/chat', 'POST'],
+  ] as const) {
+    const res = await send(app, method, path);
+    t.equal(res.status, 405, `${method} ${path}`);
+    t.equal(res.headers.get('allow'), allow, `${method} ${path} Allow`);
+  }
+});
+
+t.test('owner token, browser and host guard', async (t) => {
+  const guarded = await startTestCairn({ MEMORY_OWNER_TOKEN: 'owner-secret-token', MEMORY_ALLOWED_HOSTS: 'memory.internal,127.0.0.1' });
+  t.teardown(() => guarded.stop());
+  const body = { scope, text: 'guarded' };
+  const auth = { Authorization: 'Bearer owner-secret-token' };
+
+  t.equal((await send(guarded, 'POST', '/v1/memories', { json: body, headers: auth })).status, 200, 'right token');
+  const missing = await send(guarded, 'POST', '/v1/memories', { json: body });
+  t.equal(missing.status, 401, 'missing token');
+  t.equal(missing.headers.get('www-authenticate'), 'Bearer');
+  t.equal((await send(guarded, 'POST', '/v1/memories', { json: body, headers: { Authorization: 'Bearer owner-secret-tokeN' } })).status, 401, 'wrong token');
+  t.equal((await send(guarded, 'POST', '/v1/memories', { json: body, headers: { Authorization: 'Bearer owner-secret-token-longer' } })).status, 401, 'longer token');
+  t.equal((await send(guarded, 'POST', '/v1/memories', { json: body, headers: { Authorization: 'Basic b3duZXI=' } })).status, 401, 'other scheme');
+  for (const [method, path] of [['GET', `/v1/export?agent=a&user=u`], ['DELETE', '/v1/scope?agent=a&user=u'], ['PUT', '/v1/personality'], ['POST', '/v1/search']]) {
+    t.equal((await send(guarded, method!, path!, { json: method === 'PUT' || method === 'POST' ? {} : undefined })).status, 401, `${method} ${path} needs the token (before validation)`);
+  }
+  t.equal((await send(guarded, 'GET', '/healthz')).status, 200, 'healthz is public liveness');
+
+  for (const headers of [{ Origin: 'https://evil.example' }, { 'Sec-Fetch-Site': 'cross-site' }, { 'Sec-Fetch-Site': 'same-site' }] as Array<Record<string, string>>) {
+    const res = await send(guarded, 'POST', '/v1/memories', { json: body, headers: { ...auth, ...headers } });
+    t.equal(res.status, 403, JSON.stringify(headers));
+    t.match(res.headers.get('content-type'), /problem\+json/);
+  }
+  t.equal((await send(app, 'POST', '/v1/search', { json: { scope, query: 'x' }, headers: { Origin: 'http://localhost' } })).status, 403, 'Origin refused without a host list too');
+
+  const viaHost = (host: string) => new Promise<number>((resolve, reject) => {
+    const url = new URL(guarded.memoryUrl);
+    const req = request({ host: url.hostname, port: url.port, path: '/v1/search', method: 'POST', headers: { Host: host, 'Content-Type': 'application/json', ...auth } }, (res) => {
+      res.resume();
+      resolve(res.statusCode!);
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify({ scope, query: 'guarded' }));
+  });
+  t.equal(await viaHost('memory.internal'), 200, 'allowed host');
+  t.equal(await viaHost(`memory.internal:${new URL(guarded.memoryUrl).port}`), 200, 'allowed host with port');
+  t.equal(await viaHost('attacker.example'), 403, 'foreign host');
+  t.equal(await viaHost('memory.internal.attacker.example'), 403, 'suffix trick');
+});

@@ -1,0 +1,269 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import t, { type Test } from 'tap';
+import { startCairn, type Cairn } from '../../api/app.js';
+import { loadConfig } from '../../infra/config.js';
+import { startOpenAiServer, type OpenAiServer } from '../support/openai-server.js';
+
+/**
+ * Ingest, chat and provider-backed embeddings against a real local HTTP server speaking the OpenAI
+ * protocol. The app runs with a logger we can read, to check that provider bodies are logged and never
+ * returned.
+ */
+
+interface App extends Cairn {
+  logs: Array<Record<string, unknown>>;
+  memory(method: string, path: string, json?: unknown): Promise<{ status: number; headers: Headers; body: any; text: string }>;
+  stop(): Promise<void>;
+}
+
+async function startApp(env: Record<string, string>): Promise<App> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-mem-prov-'));
+  const logs: Array<Record<string, unknown>> = [];
+  const sink = new Writable({
+    write(chunk, _encoding, done) {
+      for (const line of chunk.toString().split('\n')) if (line) logs.push(JSON.parse(line));
+      done();
+    },
+  });
+  const config = loadConfig({ ...env, DATA_DIR: dataDir, PORT: '0', MEMORY_PORT: '0', HOST: '127.0.0.1' });
+  const cairn = await startCairn({ config, log: pino({ level: 'info' }, sink) });
+  return {
+    ...cairn,
+    logs,
+    async memory(method, path, json) {
+      const res = await fetch(cairn.memoryUrl + path, {
+        method, headers: json !== undefined ? { 'Content-Type': 'application/json' } : {}, body: json !== undefined ? JSON.stringify(json) : undefined,
+      });
+      const text = await res.text();
+      return { status: res.status, headers: res.headers, text, body: text ? JSON.parse(text) : undefined };
+    },
+    async stop() {
+      await cairn.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+const llmEnv = (server: OpenAiServer, extra: Record<string, string> = {}) => ({
+  LLM_BASE_URL: server.url, LLM_API_KEY: 'sk-test-key', LLM_CHAT_MODEL: 'test-chat-model', LLM_TIMEOUT_MS: '1000', LLM_MAX_RETRIES: '2', ...extra,
+});
+
+const server = await startOpenAiServer({ apiKey: 'sk-test-key' });
+t.teardown(() => server.close());
+const app = await startApp(llmEnv(server));
+t.teardown(() => app.stop());
+
+let n = 0;
+const freshScope = () => ({ agent: 'prov', user: `u${++n}` });
+const facts = (...list: unknown[]) => JSON.stringify({ facts: list });
+
+/** Asserts a generic 500 that leaks nothing of the provider's reply, and that the log has it. */
+function isGeneric500(t: Test, res: Awaited<ReturnType<App['memory']>>, secret: string, logs: App['logs']) {
+  t.equal(res.status, 500);
+  t.match(res.headers.get('content-type'), /problem\+json/);
+  t.equal(res.body.detail, 'the model provider could not complete the request');
+  t.notMatch(res.text, secret, 'the provider\'s reply is not in the response');
+  t.ok(logs.some((l) => JSON.stringify(l).includes(secret)), 'the provider\'s reply is in the log');
+}
+
+t.test('POST /v1/ingest extracts facts with the chat provider and stores them like POST /v1/memories', async (t) => {
+  const scope = freshScope();
+  const transcript = 'User: I moved to Lisbon last spring, and my cat Miso hates the tram. TRANSCRIPT-MARKER-1';
+  server.chat.push(facts('The user lives in Lisbon', 'The user has a cat named Miso', 'The user lives in Lisbon'));
+  const before = server.chatRequests().length;
+  const res = await app.memory('POST', '/v1/ingest', { scope, text: transcript, session: 'call-7' });
+  t.equal(res.status, 200, res.text);
+  t.equal(res.body.facts.length, 2, 'duplicates in one reply are stored once');
+  t.match(res.body.facts, [{ id: /^m_/, text: 'The user lives in Lisbon', session: 'call-7' }, { text: 'The user has a cat named Miso', session: 'call-7' }]);
+  t.ok(Number(res.headers.get('x-event-position')) > 0);
+
+  const request = server.chatRequests()[before]!;
+  t.equal(request.headers.authorization, 'Bearer sk-test-key');
+  t.match(request.body, { model: 'test-chat-model', stream: false, response_format: { type: 'json_object' } });
+  t.equal(request.body.messages.at(-1).content, transcript, 'the text goes to the provider');
+  t.match(request.body.messages[0].content, /\{"facts": \[/);
+
+  const search = await app.memory('POST', '/v1/search', { scope, query: 'cat' });
+  t.same(search.body.results.map((r: { text: string }) => r.text), ['The user has a cat named Miso'], 'facts are searchable at once');
+
+  const exported = await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
+  t.equal(exported.body.memories.length, 2);
+  t.notMatch(exported.text, 'TRANSCRIPT-MARKER-1', 'the raw text is not stored');
+  const log = await app.events.readAll(0, { limit: 100_000 });
+  t.notOk(log.some((e) => JSON.stringify(e).includes('TRANSCRIPT-MARKER-1')), 'the raw text is not in the event log');
+  const extracted = log.filter((e) => e.type === 'FactsExtracted' && (e.data as { user: string }).user === scope.user);
+  t.equal(extracted.length, 1);
+  t.match(extracted[0]!.data, { session: 'call-7', model: 'test-chat-model', memory_ids: res.body.facts.map((f: { id: string }) => f.id) });
+
+  // Ingesting facts already stored changes nothing (same path, same dedup).
+  server.chat.push(facts('The user lives in Lisbon'));
+  const again = await app.memory('POST', '/v1/ingest', { scope, text: 'again', session: 'call-7' });
+  t.equal(again.status, 200);
+  t.same(again.body.facts, [res.body.facts[0]]);
+  t.equal((await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`)).body.memories.length, 2);
+});
+
+t.test('ingest stores at most 20 facts', async (t) => {
+  const scope = freshScope();
+  server.chat.push(facts(...Array.from({ length: 25 }, (_, i) => `fact number ${i}`)));
+  const res = await app.memory('POST', '/v1/ingest', { scope, text: 'long conversation' });
+  t.equal(res.status, 200);
+  t.equal(res.body.facts.length, 20);
+  t.equal(res.body.facts[19].text, 'fact number 19');
+  t.equal((await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`)).body.memories.length, 20);
+});
+
+t.test('ingest tolerates fenced or slightly malformed JSON from local models', async (t) => {
+  const scope = freshScope();
+  server.chat.push('```json\n{"facts": ["The user plays chess", "  ", {"fact": "The user is left-handed"},]}\n```');
+  const res = await app.memory('POST', '/v1/ingest', { scope, text: 'chat' });
+  t.equal(res.status, 200, res.text);
+  t.same(res.body.facts.map((f: { text: string }) => f.text), ['The user plays chess', 'The user is left-handed'], 'blank facts dropped');
+
+  server.chat.push('{"facts": []}');
+  const none = await app.memory('POST', '/v1/ingest', { scope, text: 'hello' });
+  t.equal(none.status, 200);
+  t.same(none.body, { facts: [] }, 'an explicit empty list is a real empty result');
+});
+
+t.test('ingest: an unreadable reply is a 500, never an empty success', async (t) => {
+  const scope = freshScope();
+  server.chat.push('I am sorry, I cannot help with that. UNREADABLE-REPLY-7');
+  const res = await app.memory('POST', '/v1/ingest', { scope, text: 'chat' });
+  isGeneric500(t, res, 'UNREADABLE-REPLY-7', app.logs);
+  server.chat.push('{"memories": ["x"]} WRONG-SHAPE-8');
+  isGeneric500(t, await app.memory('POST', '/v1/ingest', { scope, text: 'chat' }), 'WRONG-SHAPE-8', app.logs);
+  t.same((await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`)).body.memories, [], 'nothing stored');
+});
+
+t.test('provider failures: bounded retry on 429/5xx, then a generic 500', async (t) => {
+  const scope = freshScope();
+  let before = server.chatRequests().length;
+  server.chat.push({ status: 429, json: { error: { message: 'slow down' } }, headers: { 'Retry-After': '0' } }, facts('The user likes jazz'));
+  const retried = await app.memory('POST', '/v1/ingest', { scope, text: 'chat' });
+  t.equal(retried.status, 200, 'a 429 followed by success succeeds');
+  t.equal(server.chatRequests().length - before, 2);
+
+  before = server.chatRequests().length;
+  const failure = { status: 500, json: { error: { message: 'UPSTREAM-SECRET-500 model crashed' } } };
+  server.chat.push(failure, failure, failure, facts('never reached'));
+  isGeneric500(t, await app.memory('POST', '/v1/ingest', { scope, text: 'chat' }), 'UPSTREAM-SECRET-500', app.logs);
+  t.equal(server.chatRequests().length - before, 3, 'one try and LLM_MAX_RETRIES = 2 retries');
+  server.chat.length = 0;
+
+  before = server.chatRequests().length;
+  server.chat.push({ status: 400, json: { error: { message: 'BAD-REQUEST-SECRET' } } });
+  isGeneric500(t, await app.memory('POST', '/v1/ingest', { scope, text: 'chat' }), 'BAD-REQUEST-SECRET', app.logs);
+  t.equal(server.chatRequests().length - before, 1, '4xx other than 429 is not retried');
+
+  server.chat.push({ status: 200, raw: '{"choices": [ NOT-JSON-SECRET' });
+  isGeneric500(t, await app.memory('POST', '/v1/ingest', { scope, text: 'chat' }), 'NOT-JSON-SECRET', app.logs);
+
+  const started = Date.now();
+  server.chat.push({ hang: true });
+  const timedOut = await app.memory('POST', '/v1/ingest', { scope, text: 'chat' });
+  t.equal(timedOut.status, 500, 'a hanging provider times out (LLM_TIMEOUT_MS)');
+  t.ok(Date.now() - started < 5000);
+  t.ok(app.logs.some((l) => /did not answer within 1000 ms/.test(String(l.reason))));
+
+  const down = await startApp({ LLM_BASE_URL: 'http://127.0.0.1:9/v1', LLM_MAX_RETRIES: '0' });
+  t.teardown(() => down.stop());
+  t.equal((await down.memory('POST', '/v1/ingest', { scope, text: 'chat' })).status, 500, 'unreachable provider');
+});
+
+t.test('POST /v1/chat: one completion with personality and memories; stores neither query nor answer', async (t) => {
+  const scope = freshScope();
+  await app.memory('POST', '/v1/memories', { scope, text: 'The user is allergic to peanuts' });
+  await app.memory('POST', '/v1/memories', { scope, text: 'The user works night shifts' });
+  await app.memory('PUT', '/v1/personality', { scope, personality: 'You are Ava, gentle and precise.' });
+  const head = await app.events.headPosition();
+  const before = server.chatRequests().length;
+  server.chat.push('Avoid the satay: it has peanuts. ANSWER-MARKER');
+  const res = await app.memory('POST', '/v1/chat', { scope, query: 'Can I eat peanuts satay? QUERY-MARKER', mode: 'hybrid', limit: 1 });
+  t.equal(res.status, 200, res.text);
+  t.equal(res.body.answer, 'Avoid the satay: it has peanuts. ANSWER-MARKER');
+  t.equal(res.body.context.personality, 'You are Ava, gentle and precise.');
+  t.match(res.body.context.memories, [{ text: 'The user is allergic to peanuts', score: Number }]);
+  t.equal(res.body.context.memories.length, 1);
+
+  const request = server.chatRequests()[before]!;
+  t.equal(server.chatRequests().length - before, 1, 'one completion');
+  t.equal(request.body.stream, false);
+  t.notOk(request.body.response_format);
+  t.match(request.body.messages[0], { role: 'system', content: /You are Ava, gentle and precise\.[\s\S]*- The user is allergic to peanuts/ });
+  t.same(request.body.messages[1], { role: 'user', content: 'Can I eat peanuts satay? QUERY-MARKER' });
+
+  t.equal(await app.events.headPosition(), head, 'nothing appended');
+  const exported = await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
+  t.notMatch(exported.text, /MARKER/);
+
+  const empty = freshScope();
+  server.chat.push('I do not know you yet.');
+  const fresh = await app.memory('POST', '/v1/chat', { scope: empty, query: 'who am I?' });
+  t.same(fresh.body, { answer: 'I do not know you yet.', context: { personality: '', memories: [] } });
+
+  server.chat.push({ status: 503, json: { error: 'CHAT-DOWN-SECRET' } }, { status: 503, json: { error: 'CHAT-DOWN-SECRET' } }, { status: 503, json: { error: 'CHAT-DOWN-SECRET' } });
+  isGeneric500(t, await app.memory('POST', '/v1/chat', { scope, query: 'peanuts' }), 'CHAT-DOWN-SECRET', app.logs);
+  server.chat.push({ status: 200, json: { choices: [{ message: { content: '' } }] } });
+  t.equal((await app.memory('POST', '/v1/chat', { scope, query: 'peanuts' })).status, 500, 'an empty completion is a failure');
+});
+
+t.test('ingest and chat without LLM_BASE_URL: 503 naming it; validation first', async (t) => {
+  const bare = await startApp({});
+  t.teardown(() => bare.stop());
+  const scope = freshScope();
+  for (const [path, body] of [['/v1/ingest', { scope, text: 'x' }], ['/v1/chat', { scope, query: 'x' }]] as const) {
+    const res = await bare.memory('POST', path, body);
+    t.equal(res.status, 503, path);
+    t.match(res.body.detail, /LLM_BASE_URL/);
+  }
+  t.equal((await bare.memory('POST', '/v1/ingest', { scope, text: '' })).status, 400);
+});
+
+t.test('EMBEDDINGS_PROVIDER=none: semantic and hybrid are 400 naming it; lexical works; export has no vectors', async (t) => {
+  const plain = await startApp({ EMBEDDINGS_PROVIDER: 'none' });
+  t.teardown(() => plain.stop());
+  const scope = freshScope();
+  await plain.memory('POST', '/v1/memories', { scope, text: 'lexical only memory' });
+  for (const path of ['/v1/search', '/v1/context', '/v1/chat']) {
+    for (const mode of ['semantic', 'hybrid']) {
+      const res = await plain.memory('POST', path, { scope, query: 'memory', mode });
+      t.equal(res.status, 400, `${path} ${mode}`);
+      t.match(res.body.detail, /EMBEDDINGS_PROVIDER/);
+    }
+  }
+  t.equal((await plain.memory('POST', '/v1/search', { scope, query: 'memory' })).body.results.length, 1);
+  const exported = await plain.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
+  t.equal(exported.status, 200);
+  t.notOk('vector' in exported.body.memories[0]);
+});
+
+t.test('EMBEDDINGS_PROVIDER=openai: vectors from the provider, stored with model and dimension', async (t) => {
+  const embedServer = await startOpenAiServer();
+  t.teardown(() => embedServer.close());
+  const remote = await startApp({ EMBEDDINGS_PROVIDER: 'openai', EMBEDDINGS_BASE_URL: embedServer.url, LLM_EMBEDDING_MODEL: 'test-embed-16', LLM_TIMEOUT_MS: '1000', LLM_MAX_RETRIES: '0' });
+  t.teardown(() => remote.stop());
+  const scope = freshScope();
+  const a = await remote.memory('POST', '/v1/memories', { scope, text: 'apples and pears' });
+  await remote.memory('POST', '/v1/memories', { scope, text: 'trains and buses' });
+  const semantic = await remote.memory('POST', '/v1/search', { scope, query: 'pears', mode: 'semantic', limit: 1 });
+  t.equal(semantic.status, 200, semantic.text);
+  t.same(semantic.body.results.map((r: { id: string }) => r.id), [a.body.id]);
+  const requests = embedServer.embeddingRequests();
+  t.ok(requests.every((r) => r.body.model === 'test-embed-16'));
+  t.ok(requests.some((r) => JSON.stringify(r.body.input) === JSON.stringify(['pears'])), 'the query is embedded by the provider');
+
+  const exported = await remote.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
+  t.equal(exported.body.memories[0].vector_model, 'test-embed-16');
+  t.equal(exported.body.memories[0].vector.length, 16);
+  const doc = await remote.reads.find('memory_vectors', { where: { agent: scope.agent, user: scope.user }, limit: 10 });
+  t.match(doc.items[0], { model: 'test-embed-16', dim: 16 });
+
+  embedServer.embeddings.push({ status: 500, json: { error: 'EMBED-SECRET' } });
+  isGeneric500(t, await remote.memory('POST', '/v1/search', { scope, query: 'pears', mode: 'hybrid' }), 'EMBED-SECRET', remote.logs);
+  t.equal((await remote.memory('POST', '/v1/search', { scope, query: 'pears' })).status, 200, 'lexical does not need the provider');
+});

@@ -1,0 +1,142 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A real HTTP server speaking the OpenAI protocol for the two calls Cairn makes:
+ * `POST /v1/chat/completions` and `POST /v1/embeddings`. Replies are scripted per call (queues), with
+ * defaults when a queue is empty; every request is recorded. A scripted reply can be a failure status
+ * (429, 500…), a malformed body, or a hang (the server never answers) for timeout tests.
+ */
+
+export interface RecordedRequest {
+  method: string;
+  path: string;
+  headers: IncomingMessage['headers'];
+  body: any;
+}
+
+export type Scripted =
+  /** A chat reply with this assistant content. */
+  | string
+  | {
+    status?: number;
+    /** Sent as JSON (the whole response body). */
+    json?: unknown;
+    /** Sent as is (e.g. malformed JSON). */
+    raw?: string;
+    headers?: Record<string, string>;
+    /** Never answer (the connection stays open until the client gives up or the server closes). */
+    hang?: boolean;
+  };
+
+export interface OpenAiServer {
+  /** Base URL including `/v1`, as LLM_BASE_URL expects it. */
+  url: string;
+  requests: RecordedRequest[];
+  /** Scripted replies to chat completions, used in order; when empty, `defaultChat` answers. */
+  chat: Scripted[];
+  /** Scripted replies to embeddings calls, used in order; when empty, vectors come from `embed`. */
+  embeddings: Scripted[];
+  defaultChat(body: any): string;
+  /** The default embedding of one input. */
+  embed(text: string): number[];
+  chatRequests(): RecordedRequest[];
+  embeddingRequests(): RecordedRequest[];
+  close(): Promise<void>;
+}
+
+/** A small deterministic embedding: counts of each word hashed into 16 dimensions. */
+export function bagOfWords(text: string, dim = 16): number[] {
+  const v = new Array<number>(dim).fill(0);
+  for (const word of text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []) {
+    let h = 7;
+    for (const c of word) h = (h * 31 + c.codePointAt(0)!) >>> 0;
+    v[h % dim]! += 1;
+  }
+  return v;
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+function send(res: ServerResponse, status: number, body: string, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { 'Content-Type': 'application/json', ...headers });
+  res.end(body);
+}
+
+function chatCompletion(model: string, content: string) {
+  return {
+    id: `chatcmpl-${Math.random().toString(36).slice(2)}`,
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model,
+    choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+    usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+  };
+}
+
+export async function startOpenAiServer(options: { apiKey?: string } = {}): Promise<OpenAiServer> {
+  const state: OpenAiServer = {
+    url: '',
+    requests: [],
+    chat: [],
+    embeddings: [],
+    defaultChat: () => 'ok',
+    embed: (text) => bagOfWords(text),
+    chatRequests: () => state.requests.filter((r) => r.path === '/v1/chat/completions'),
+    embeddingRequests: () => state.requests.filter((r) => r.path === '/v1/embeddings'),
+    close: async () => undefined,
+  };
+
+  const server = createServer(async (req, res) => {
+    const text = await readBody(req);
+    let body: any;
+    try {
+      body = text ? JSON.parse(text) : undefined;
+    } catch {
+      body = text;
+    }
+    const path = (req.url ?? '').split('?')[0]!;
+    state.requests.push({ method: req.method ?? '', path, headers: req.headers, body });
+    if (options.apiKey && req.headers.authorization !== `Bearer ${options.apiKey}`) {
+      return send(res, 401, JSON.stringify({ error: { message: 'Incorrect API key provided', type: 'invalid_request_error' } }));
+    }
+    if (req.method !== 'POST' || (path !== '/v1/chat/completions' && path !== '/v1/embeddings')) {
+      return send(res, 404, JSON.stringify({ error: { message: `no route ${req.method} ${path}` } }));
+    }
+    const queue = path === '/v1/chat/completions' ? state.chat : state.embeddings;
+    const scripted = queue.shift();
+    if (scripted !== undefined && typeof scripted !== 'string') {
+      if (scripted.hang) return; // never answer
+      if (scripted.raw !== undefined || scripted.json !== undefined || scripted.status !== undefined) {
+        const payload = scripted.raw ?? JSON.stringify(scripted.json ?? { error: { message: 'scripted failure', type: 'server_error' } });
+        return send(res, scripted.status ?? 200, payload, scripted.headers);
+      }
+    }
+    if (path === '/v1/chat/completions') {
+      const content = typeof scripted === 'string' ? scripted : state.defaultChat(body);
+      return send(res, 200, JSON.stringify(chatCompletion(body?.model ?? 'test-model', content)));
+    }
+    const inputs: string[] = Array.isArray(body?.input) ? body.input : [body?.input];
+    send(res, 200, JSON.stringify({
+      object: 'list',
+      model: body?.model,
+      data: inputs.map((input, index) => ({ object: 'embedding', index, embedding: state.embed(String(input)) })),
+      usage: { prompt_tokens: 1, total_tokens: 1 },
+    }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  state.url = `http://127.0.0.1:${port}/v1`;
+  state.close = () => new Promise((resolve) => {
+    server.closeAllConnections();
+    server.close(() => resolve());
+  });
+  return state;
+}

@@ -1,0 +1,91 @@
+import t from 'tap';
+import type { MemoryEvent } from '../../domain/memory/decider.js';
+import type { RecordedEvent } from '../../infra/eventstore/port.js';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
+import { LocalHashEmbedder } from '../../infra/providers/embeddings.js';
+import { Bm25Index } from '../../infra/search/lexical.js';
+import { BruteForceVectorIndex } from '../../infra/search/vector.js';
+import { memoriesProjection } from '../../projections/memory/memories.js';
+import { personalityProjection } from '../../projections/memory/personality.js';
+import { vectorsProjection } from '../../projections/memory/vectors.js';
+import type { Projection } from '../../projections/projection.js';
+
+const scope = { agent: 'a', user: 'u' };
+const T = '2025-01-01T00:00:00.000Z';
+const events: MemoryEvent[] = [
+  { type: 'MemoryStored', data: { ...scope, memory_id: 'm1', text: 'tea', session: null, created_at: T } },
+  { type: 'MemoryStored', data: { ...scope, memory_id: 'm2', text: 'coffee', session: 's', created_at: T } },
+  { type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T } },
+  { type: 'MemoryUpdated', data: { ...scope, memory_id: 'm1', text: 'green tea', session: null, created_at: T, updated_at: T } },
+  { type: 'MemoryDeleted', data: { ...scope, memory_id: 'm2', deleted_at: T } },
+  { type: 'ScopeDeleted', data: { ...scope, memory_count: 1, personality: true, deleted_at: T } },
+  { type: 'MemoryStored', data: { ...scope, memory_id: 'm3', text: 'after the wipe', session: null, created_at: T } },
+  { type: 'PersonalitySet', data: { ...scope, personality: 'new', updated_at: T } },
+  { type: 'MemoryStored', data: { agent: 'b', user: 'u', memory_id: 'm1', text: 'other scope', session: null, created_at: T } },
+];
+const recorded: RecordedEvent[] = events.map((e, i) => ({
+  id: `e${i}`, stream: `memory-${e.data.agent}/${e.data.user}`, revision: i, position: i + 1, type: e.type, data: e.data,
+  metadata: { correlation_id: 'c', causation_id: 'c', actor: 'owner', occurred_at: T }, recorded_at: T,
+}));
+
+async function feed(reads: EmbeddedReadStore, projection: Projection, batch: RecordedEvent[], from: number) {
+  const relevant = batch.filter((e) => projection.canHandle.includes(e.type));
+  await projection.prepare?.(relevant);
+  const { generation } = await reads.checkpoint(projection.name);
+  const ok = await reads.applyBatch(projection.name, { position: from, generation }, batch.at(-1)!.position, async (w) => {
+    for (const e of relevant) await projection.apply(e, w);
+  });
+  if (!ok) throw new Error('checkpoint moved');
+  projection.afterCommit?.(relevant, generation);
+}
+
+async function docs(reads: EmbeddedReadStore, collection: string) {
+  return (await reads.find(collection, { limit: 100 })).items.map(({ _position, ...d }) => d);
+}
+
+for (const [name, make] of [
+  ['memories', (reads: EmbeddedReadStore) => memoriesProjection({ reads, lexical: new Bm25Index() })],
+  ['memory-personality', () => personalityProjection],
+  ['memory-vectors', (reads: EmbeddedReadStore) => vectorsProjection(new LocalHashEmbedder(), { reads, vectors: new BruteForceVectorIndex() })],
+] as const) {
+  t.test(`${name}: feeding the events twice changes nothing`, async (t) => {
+    const reads = new EmbeddedReadStore(':memory:');
+    t.teardown(() => reads.close());
+    const projection = make(reads);
+    await reads.register(projection.name, projection.collections);
+    await projection.reset?.();
+    await feed(reads, projection, recorded, 0);
+    const collection = projection.collections[0]!.name;
+    const once = await docs(reads, collection);
+    // Replay everything (a runner resuming from an older checkpoint), then each event on its own.
+    await reads.applyBatch(projection.name, { position: recorded.length, generation: 1 }, recorded.length, async (w) => {
+      for (const e of recorded.filter((e) => projection.canHandle.includes(e.type))) {
+        await projection.prepare?.([e]);
+        await projection.apply(e, w);
+        await projection.apply(e, w);
+      }
+    });
+    t.same(await docs(reads, collection), once);
+    t.same(once.map((d) => d.id).sort(), name === 'memory-personality' ? ['a/u', ] : ['a/u/m3', 'b/u/m1']);
+    if (name === 'memory-personality') t.equal(once[0]!.personality, 'new');
+  });
+}
+
+t.test('memories: the in-process BM25 index follows commits and reloads from the read model', async (t) => {
+  const reads = new EmbeddedReadStore(':memory:');
+  t.teardown(() => reads.close());
+  const lexical = new Bm25Index();
+  const projection = memoriesProjection({ reads, lexical });
+  await reads.register(projection.name, projection.collections);
+  await projection.reset!();
+  await feed(reads, projection, recorded.slice(0, 5), 0);
+  t.same(lexical.search('a/u', 'tea', 5).map((h) => h.id), ['m1']);
+  t.same(lexical.search('a/u', 'coffee', 5), [], 'deleted');
+  await feed(reads, projection, recorded.slice(5), 5);
+  t.same(lexical.search('a/u', 'tea', 5), [], 'scope wiped');
+  t.same(lexical.search('a/u', 'wipe', 5).map((h) => h.id), ['m3']);
+  lexical.clear();
+  await projection.reset!();
+  t.same(lexical.search('a/u', 'wipe', 5).map((h) => h.id), ['m3'], 'reloaded');
+  t.same(lexical.search('b/u', 'scope', 5).map((h) => h.id), ['m1']);
+});

@@ -1,0 +1,127 @@
+import t from 'tap';
+import { parseFacts, UnparseableFactsError } from '../../api/memory/facts.js';
+import { LocalHashEmbedder, LOCAL_EMBEDDING_DIM } from '../../infra/providers/embeddings.js';
+import { reciprocalRankFusion } from '../../infra/search/fusion.js';
+import { Bm25Index } from '../../infra/search/lexical.js';
+import { tokenize } from '../../infra/search/tokenize.js';
+import { topK } from '../../infra/search/topk.js';
+import { BruteForceVectorIndex } from '../../infra/search/vector.js';
+
+t.test('tokenizer: Unicode words, case, compatibility forms', async (t) => {
+  t.same(tokenize('Hello, WORLD! Straße—ÉCOLE 42x'), ['hello', 'world', 'straße', 'école', '42x']);
+  t.same(tokenize('ＦＵＬＬ width'), ['full', 'width'], 'NFKC folds full-width letters');
+  t.same(tokenize('cafe\u0301'), ['café'], 'combining marks stay inside the word');
+  t.same(tokenize('Привет мир'), ['привет', 'мир']);
+  t.same(tokenize('हिन्दी भाषा'), ['हिन्दी', 'भाषा'], 'Devanagari vowel signs do not split words');
+  t.same(tokenize('東京に行く'), ['東京', '京に', 'に行', '行く'], 'unspaced scripts become bigrams');
+  t.same(tokenize('...  !!'), []);
+});
+
+t.test('topK: best first, ties by id, bounded', async (t) => {
+  const scores = [0.5, 0.9, 0.1, 0.9, 0.7];
+  const ids = ['e', 'd', 'c', 'b', 'a'];
+  t.same(topK(5, 3, (i) => scores[i]!, (i) => ids[i]!), [{ id: 'b', score: 0.9 }, { id: 'd', score: 0.9 }, { id: 'a', score: 0.7 }]);
+  t.same(topK(5, 10, (i) => scores[i]!, (i) => ids[i]!).map((h) => h.id), ['b', 'd', 'a', 'e', 'c']);
+  t.same(topK(0, 3, () => 0, () => ''), []);
+});
+
+t.test('BM25', async (t) => {
+  const index = new Bm25Index();
+  index.upsert('s', 'tea', 'I drink green tea every morning');
+  index.upsert('s', 'coffee', 'Coffee in the morning, tea in the evening, tea at night');
+  index.upsert('s', 'dog', 'My dog Rex likes the park');
+  index.upsert('other', 'x', 'tea tea tea');
+
+  t.test('ranks by BM25 with the standard formula', async (t) => {
+    const hits = index.search('s', 'tea', 10);
+    t.same(hits.map((h) => h.id), ['coffee', 'tea'], 'higher tf wins here; the dog does not match');
+    // Hand-computed: N = 3, df = 2, idf = ln(1 + 1.5/2.5); doc "tea" has 6 tokens, avgdl = (6 + 11 + 6) / 3.
+    const idf = Math.log(1 + (3 - 2 + 0.5) / (2 + 0.5));
+    const avg = 23 / 3;
+    const expected = (idf * 1 * 2.2) / (1 + 1.2 * (1 - 0.75 + (0.75 * 6) / avg));
+    t.ok(Math.abs(hits[1]!.score - expected) < 1e-12, `score ${hits[1]!.score} = ${expected}`);
+  });
+  t.test('case and Unicode insensitive to form', async (t) => {
+    t.same(index.search('s', 'TEA', 10).map((h) => h.id), ['coffee', 'tea']);
+    t.same(index.search('s', 'rex', 10).map((h) => h.id), ['dog']);
+  });
+  t.test('scopes are separate', async (t) => {
+    t.same(index.search('other', 'tea', 10).map((h) => h.id), ['x']);
+    t.same(index.search('nobody', 'tea', 10), []);
+  });
+  t.test('update and remove', async (t) => {
+    index.upsert('s', 'dog', 'My dog Rex drinks tea');
+    t.same(index.search('s', 'park', 10), []);
+    t.ok(index.search('s', 'tea', 10).some((h) => h.id === 'dog'));
+    index.remove('s', 'dog');
+    t.same(index.search('s', 'rex', 10), []);
+    t.equal(index.size('s'), 2);
+  });
+  t.test('many deletes compact the postings and keep results right', async (t) => {
+    const big = new Bm25Index();
+    for (let i = 0; i < 5000; i++) big.upsert('b', `m${i}`, `memory number ${i} ${i % 2 ? 'odd' : 'even'}`);
+    for (let i = 0; i < 4000; i++) big.remove('b', `m${i}`);
+    t.equal(big.size('b'), 1000);
+    const hits = big.search('b', 'odd', 1000);
+    t.equal(hits.length, 500);
+    t.ok(hits.every((h) => Number(h.id.slice(1)) >= 4000 && Number(h.id.slice(1)) % 2 === 1));
+    t.same(big.search('b', '4321', 5).map((h) => h.id), ['m4321']);
+  });
+});
+
+t.test('vector index: cosine, per scope and model', async (t) => {
+  const index = new BruteForceVectorIndex();
+  index.upsert('s', 'a', 'm', Float32Array.from([1, 0, 0]));
+  index.upsert('s', 'b', 'm', Float32Array.from([1, 1, 0]));
+  index.upsert('s', 'c', 'm', Float32Array.from([0, 0, 5]));
+  index.upsert('s', 'd', 'other-model', Float32Array.from([1, 0]));
+  const hits = index.search('s', 'm', Float32Array.from([2, 0, 0]), 10);
+  t.same(hits.map((h) => h.id), ['a', 'b', 'c']);
+  t.ok(Math.abs(hits[0]!.score - 1) < 1e-6);
+  t.ok(Math.abs(hits[1]!.score - Math.SQRT1_2) < 1e-6);
+  t.same(index.search('s', 'other-model', Float32Array.from([1, 0]), 10).map((h) => h.id), ['d']);
+  index.remove('s', 'a');
+  t.same(index.search('s', 'm', Float32Array.from([1, 0, 0]), 10).map((h) => h.id), ['b', 'c']);
+  // Growing past the initial capacity keeps every column right.
+  for (let i = 0; i < 300; i++) index.upsert('g', `v${i}`, 'm', Float32Array.from([i, 100, 0]));
+  t.same(index.search('g', 'm', Float32Array.from([1, 0, 0]), 2).map((h) => h.id), ['v299', 'v298']);
+  for (let i = 0; i < 299; i++) index.remove('g', `v${i}`);
+  t.same(index.search('g', 'm', Float32Array.from([0, 1, 0]), 5).map((h) => h.id), ['v299']);
+  t.equal(index.size('g'), 1);
+});
+
+t.test('reciprocal rank fusion with k = 60', async (t) => {
+  const fused = reciprocalRankFusion([
+    [{ id: 'a', score: 9 }, { id: 'b', score: 5 }],
+    [{ id: 'b', score: 0.9 }, { id: 'c', score: 0.5 }],
+  ], 10);
+  t.same(fused.map((h) => h.id), ['b', 'a', 'c']);
+  t.equal(fused[0]!.score, 1 / 62 + 1 / 61);
+  t.equal(fused[1]!.score, 1 / 61);
+  t.equal(fused[2]!.score, 1 / 62);
+  t.equal(reciprocalRankFusion([[{ id: 'a', score: 1 }], [{ id: 'b', score: 1 }]], 1).length, 1);
+});
+
+t.test('local embedder: deterministic, unit length, sub-word overlap', async (t) => {
+  const e = new LocalHashEmbedder();
+  const [a, b, c, d, empty] = await e.embed(['running shoes', 'Running shoe', 'a recipe for soup', 'running shoes', '!!!']);
+  const dot = (x: Float32Array, y: Float32Array) => x.reduce((s, v, i) => s + v * y[i]!, 0);
+  t.equal(a!.length, LOCAL_EMBEDDING_DIM);
+  t.ok(Math.abs(dot(a!, a!) - 1) < 1e-5);
+  t.same(Array.from(a!), Array.from(d!), 'deterministic');
+  t.ok(dot(a!, b!) > 0.6, `spelling variants are close (${dot(a!, b!)})`);
+  t.ok(dot(a!, b!) > dot(a!, c!) + 0.4, 'unrelated text is far');
+  t.ok(empty!.every((x) => x === 0), 'no words → zero vector');
+});
+
+t.test('parseFacts tolerates what local models send', async (t) => {
+  t.same(parseFacts('{"facts": ["likes tea", "has a dog"]}'), ['likes tea', 'has a dog']);
+  t.same(parseFacts('```json\n{"facts": ["likes tea"]}\n```'), ['likes tea'], 'fenced');
+  t.same(parseFacts('Sure! Here are the facts:\n{"facts": ["likes tea",]}\nHope this helps.'), ['likes tea'], 'prose and trailing comma');
+  t.same(parseFacts('["likes tea"]'), ['likes tea'], 'bare array');
+  t.same(parseFacts('{"facts": [{"fact": "likes tea"}, {"text": "has a dog"}, 3]}'), ['likes tea', 'has a dog'], 'objects; non-text items dropped');
+  t.same(parseFacts('{"facts": []}'), []);
+  t.throws(() => parseFacts('I could not find any facts.'), UnparseableFactsError);
+  t.throws(() => parseFacts('{"memories": ["likes tea"]}'), UnparseableFactsError, 'wrong shape is not "no facts"');
+  t.throws(() => parseFacts('{"facts": ["likes tea"'), UnparseableFactsError, 'truncated');
+});
