@@ -5,6 +5,8 @@ import type { Logger } from '../infra/logger.js';
 import type { Projection } from './projection.js';
 
 const BATCH = 500;
+/** How soon a checkpoint advanced only by events this projection ignores is stored. */
+const PERSIST_IDLE_CHECKPOINT_MS = 1000;
 
 export class ConsistencyTimeoutError extends Error {
   override readonly name = 'ConsistencyTimeoutError';
@@ -28,8 +30,15 @@ export interface ProjectionStatus {
  * it (a rebuild swapped a new generation in), it starts again from the stored one.
  */
 export class ProjectionRunner {
+  /** Applied (in memory): what waitFor answers from. */
   private position = 0;
+  /** Stored checkpoint: batches without relevant events advance `position` only and are stored lazily. */
+  private stored = 0;
   private generation = 1;
+  private writes: Promise<unknown> = Promise.resolve();
+  private persistTimer: NodeJS.Timeout | undefined;
+  private moved = false;
+  private subscription: AbortController | undefined;
   private readonly progress = new EventEmitter();
   private abort = new AbortController();
   private loop: Promise<void> | undefined;
@@ -56,7 +65,9 @@ export class ProjectionRunner {
   private async reload(): Promise<void> {
     const cp = await this.store.checkpoint(this.projection.name);
     this.position = cp.position;
+    this.stored = cp.position;
     this.generation = cp.generation;
+    this.moved = false;
     await this.projection.reset?.();
   }
 
@@ -64,6 +75,7 @@ export class ProjectionRunner {
     while (!this.abort.signal.aborted) {
       try {
         await this.follow();
+        if (this.moved && !this.abort.signal.aborted) await this.reload();
       } catch (error) {
         if (this.abort.signal.aborted) return;
         this.failure = error;
@@ -79,6 +91,7 @@ export class ProjectionRunner {
     // Each subscription has its own signal: ending it releases a pending next(), so return() below is
     // not queued behind a wait for the next append (which would leave us one event late after a swap).
     const local = new AbortController();
+    this.subscription = local;
     const stop = () => local.abort();
     this.abort.signal.addEventListener('abort', stop, { once: true });
     const iterator = this.events.subscribeToAll(this.position, { signal: local.signal })[Symbol.asyncIterator]();
@@ -118,18 +131,59 @@ export class ProjectionRunner {
   }
 
   private async applyBatch(batch: RecordedEvent[]): Promise<boolean> {
+    if (this.moved) return false;
     const relevant = batch.filter((e) => this.projection.canHandle.includes(e.type));
     const last = batch[batch.length - 1]!.position;
-    if (relevant.length > 0) await this.projection.prepare?.(relevant);
-    const ok = await this.store.applyBatch(this.name, { position: this.position, generation: this.generation }, last, async (writer) => {
+    if (relevant.length === 0) {
+      // Nothing to write: advance in memory now, store the checkpoint with the next write or within a second.
+      this.advance(last);
+      this.schedulePersist();
+      return true;
+    }
+    await this.projection.prepare?.(relevant);
+    const ok = await this.commit(last, async (writer) => {
       for (const event of relevant) await this.projection.apply(event, writer);
     });
     if (!ok) return false;
-    this.position = last;
     this.failure = undefined;
-    if (relevant.length > 0) this.projection.afterCommit?.(relevant, this.generation);
-    this.progress.emit('position', last);
+    this.projection.afterCommit?.(relevant, this.generation);
+    this.advance(last);
     return true;
+  }
+
+  private advance(position: number): void {
+    this.position = position;
+    this.progress.emit('position', position);
+  }
+
+  /** Writes through the store one at a time, with the stored checkpoint as the expected one. */
+  private commit(position: number, fn: Parameters<ReadStore['applyBatch']>[3]): Promise<boolean> {
+    const run = this.writes.then(async () => {
+      const ok = await this.store.applyBatch(this.name, { position: this.stored, generation: this.generation }, position, fn);
+      if (ok) this.stored = position;
+      else {
+        // Another process moved the checkpoint (a rebuild was swapped in): end the subscription to reload.
+        this.moved = true;
+        this.subscription?.abort();
+      }
+      return ok;
+    });
+    this.writes = run.catch(() => undefined);
+    return run;
+  }
+
+  private schedulePersist(): void {
+    if (this.persistTimer) return;
+    this.persistTimer = setTimeout(() => {
+      this.persistTimer = undefined;
+      void this.persist();
+    }, PERSIST_IDLE_CHECKPOINT_MS);
+    this.persistTimer.unref();
+  }
+
+  private async persist(): Promise<void> {
+    if (this.position <= this.stored || this.moved) return;
+    await this.commit(this.position, async () => undefined).catch((error) => this.log?.warn({ err: error, projection: this.name }, 'could not store checkpoint'));
   }
 
   /** Resolves once this projection has applied everything up to `position`; bounded by `timeoutMs`. */
@@ -158,6 +212,10 @@ export class ProjectionRunner {
   async stop(): Promise<void> {
     this.abort.abort();
     await this.loop;
+    clearTimeout(this.persistTimer);
+    this.persistTimer = undefined;
+    await this.persist();
+    await this.writes;
     this.abort = new AbortController();
   }
 }

@@ -58,6 +58,8 @@ export class EmbeddedEventStore implements EventStore {
     if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
     this.db = new Database(file, { readonly: options.readonly ?? false });
     this.db.pragma('busy_timeout = 5000');
+    // The writer thread's commits invalidate this connection's page cache; memory-mapped reads refill it cheaply.
+    this.db.pragma('mmap_size = 1073741824');
     if (!options.readonly) openWritable(this.db);
     this.appended.setMaxListeners(0);
     this.stmt = {
@@ -77,11 +79,14 @@ export class EmbeddedEventStore implements EventStore {
     if (this.closed) return Promise.reject(new Error('event store is closed'));
     return new Promise((resolve, reject) => {
       this.queue.push({ stream, events, expected, resolve, reject });
-      if (!this.flushScheduled) {
-        this.flushScheduled = true;
-        setImmediate(() => this.flush());
-      }
+      this.scheduleFlush();
     });
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(() => this.flush());
   }
 
   /** Sends the queued appends as one batch, unless a batch is still being committed (it will send them when done). */
@@ -112,7 +117,9 @@ export class EmbeddedEventStore implements EventStore {
     });
     if (head > 0) this.appended.emit('appended', head);
     this.appended.emit('settled');
-    this.flush();
+    // Flush on the next turn, not now: the callers just resolved often append again at once (the next
+    // command of the same request), and those appends should ride in the very next commit.
+    this.scheduleFlush();
   }
 
   private remember({ stream, events }: AppendRequest, result: AppendResult, recordedAt: string): void {
@@ -171,10 +178,15 @@ export class EmbeddedEventStore implements EventStore {
   async *subscribeToAll(fromPosition: number, options: { filter?: SubscriptionFilter; signal?: AbortSignal } = {}): AsyncIterable<RecordedEvent> {
     let position = fromPosition;
     const { signal, filter } = options;
+    // Caught up with this process's own appends, the log needs no query until something is appended
+    // here or the cross-process poll fires; then it is read for real.
+    let mustRead = true;
     while (!signal?.aborted && !this.closed) {
-      const batch = await this.readAll(position, { limit: 512 });
+      const tailEnd = this.tail.length > 0 ? this.tail[this.tail.length - 1]!.position : -1;
+      const batch = this.fromTail(position, 512)
+        ?? (!mustRead && position === tailEnd ? [] : await this.readAll(position, { limit: 512 }));
       if (batch.length === 0) {
-        await this.waitForAppend(position, signal);
+        mustRead = (await this.waitForAppend(position, signal)) === 'poll';
         continue;
       }
       for (const event of batch) {
@@ -186,20 +198,21 @@ export class EmbeddedEventStore implements EventStore {
     }
   }
 
-  /** Resolves when an append past `position` is committed here, or after a short poll for other processes. */
-  private waitForAppend(position: number, signal?: AbortSignal): Promise<void> {
-    if (signal?.aborted) return Promise.resolve();
+  /** Resolves when an append past `position` is committed here ('append'), or after a short poll for other processes ('poll'). */
+  private waitForAppend(position: number, signal?: AbortSignal): Promise<'append' | 'poll'> {
+    if (signal?.aborted) return Promise.resolve('append');
     return new Promise((resolve) => {
-      const done = () => {
+      const done = (reason: 'append' | 'poll') => {
         clearTimeout(timer);
         this.appended.off('appended', onAppend);
-        signal?.removeEventListener('abort', done);
-        resolve();
+        signal?.removeEventListener('abort', onAbort);
+        resolve(reason);
       };
-      const onAppend = (head: number) => { if (head > position) done(); };
-      const timer = setTimeout(done, CROSS_PROCESS_POLL_MS);
+      const onAppend = (head: number) => { if (head > position) done('append'); };
+      const onAbort = () => done('append');
+      const timer = setTimeout(() => done('poll'), CROSS_PROCESS_POLL_MS);
       this.appended.on('appended', onAppend);
-      signal?.addEventListener('abort', done, { once: true });
+      signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
 

@@ -184,7 +184,7 @@ export class EmbeddedReadStore implements ReadStore {
 
   /** The live table of a collection (resolved on every query: a rebuild in another process may have swapped it). */
   private liveTable(collection: string): string {
-    const version = this.db.pragma('data_version', { simple: true }) as number;
+    const version = this.prepare('PRAGMA data_version').pluck().get() as number;
     if (version !== this.dataVersion) {
       this.liveTables.clear();
       this.dataVersion = version;

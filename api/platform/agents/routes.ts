@@ -1,6 +1,7 @@
 import Type from 'typebox';
 import { createHash } from 'node:crypto';
 import { v5 as uuidv5 } from 'uuid';
+import { DomainError } from '../../../domain/shared/decider.js';
 import {
   agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, type AgentProfile,
 } from '../../../domain/agents/decider.js';
@@ -41,6 +42,15 @@ export async function findAgent(deps: PlatformDeps, projectId: string, idOrName:
   return agent;
 }
 
+/** The agent holding a name reservation if it was never created and the reservation is old enough to be abandoned. */
+async function abandonedHolder(deps: PlatformDeps, nameStream: string, clock: () => Date): Promise<string | null> {
+  const reservation = (await deps.events.readStream(nameStream)).at(-1);
+  if (!reservation) return null;
+  const holder = (reservation.data as { agent_id: string }).agent_id;
+  const stale = clock().getTime() - Date.parse(reservation.recorded_at) > ABANDONED_RESERVATION_MS;
+  return stale && !(await deps.events.streamInfo(agentStream(holder))) ? holder : null;
+}
+
 export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
   return [
     route({
@@ -67,15 +77,16 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
           speech_patterns: body.speech_patterns ?? [], true_interests: body.true_interests ?? [], true_dislikes: body.true_dislikes ?? [],
         };
         const nameStream = agentNameStream(projectId, nameKey(name));
-        const reservation = (await deps.events.readStream(nameStream)).at(-1);
-        let abandoned: string | null = null;
-        if (reservation) {
-          const holder = (reservation.data as { agent_id: string }).agent_id;
-          const stale = clock().getTime() - Date.parse(reservation.recorded_at) > ABANDONED_RESERVATION_MS;
-          if (holder !== agentId && stale && !(await deps.events.streamInfo(agentStream(holder)))) abandoned = holder;
-        }
-        await deps.bus.handle(nameStream, agentNameDecider,
+        const reserve = (abandoned: string | null) => deps.bus.handle(nameStream, agentNameDecider,
           { type: 'ReserveAgentName', data: { project_id: projectId, name, agent_id: agentId, abandoned_holder: abandoned } }, meta);
+        try {
+          await reserve(null);
+        } catch (error) {
+          // Taken: unless its holder never got created (its creation failed after reserving), the name is in use.
+          const abandoned = error instanceof DomainError && error.kind === 'conflict' ? await abandonedHolder(deps, nameStream, clock) : null;
+          if (!abandoned) throw error;
+          await reserve(abandoned);
+        }
         const result = await deps.bus.handle(agentStream(agentId), agentDecider, { type: 'CreateAgent', data: profile }, meta);
         const created = result.events[0]?.data;
         if (created) return { body: agentView(created), position: result.position };
