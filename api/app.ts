@@ -8,7 +8,9 @@ import type { EventStore } from '../infra/eventstore/port.js';
 import { createLogger, type Logger } from '../infra/logger.js';
 import type { ReadStore } from '../infra/readstore/port.js';
 import { openStores } from '../infra/stores.js';
+import { apiKeysProjection } from '../projections/apikeys/projection.js';
 import { platformProjections } from '../projections/index.js';
+import type { Projection } from '../projections/projection.js';
 import { ProjectionRunner } from '../projections/runner.js';
 import { createMemoryApp } from './memory/app.js';
 import { ownerAuthenticator } from './memory/guard.js';
@@ -65,7 +67,13 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
     }));
   };
   const memory = await createMemoryModule({ bus, events, reads, config, log, waitFor });
-  for (const projection of [...platformProjections, ...memory.projections]) {
+  // Declared before the runners start: the api-keys projection tells it which cached keys changed.
+  let platformAuth: ReturnType<typeof platformAuthenticator> | undefined;
+  const withKeyCache = (projection: Projection): Projection => projection !== apiKeysProjection ? projection : {
+    ...projection,
+    afterCommit: (applied) => platformAuth?.forget(applied.map((e) => (e.data as { key_id: string }).key_id)),
+  };
+  for (const projection of [...platformProjections.map(withKeyCache), ...memory.projections]) {
     runners.set(projection.name, new ProjectionRunner(projection, events, reads, log));
   }
   for (const runner of runners.values()) await runner.start();
@@ -83,8 +91,9 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   };
 
   const deps: PlatformDeps = { bus, events, reads, waitFor: (name, position) => waitFor([name], position) };
+  platformAuth = platformAuthenticator(config.auth, reads, recordKeyUse, clock);
   const platformApp = createPlatformApp(deps, {
-    authenticate: platformAuthenticator(config.auth, reads, recordKeyUse, clock),
+    authenticate: platformAuth.authenticate,
     waitFor,
   }, config, log, clock);
   const authenticateOwner = ownerAuthenticator(config.memory.ownerToken);

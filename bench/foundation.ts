@@ -3,9 +3,9 @@
  * (1 and 8 concurrent clients), readAll replay rate, and projection lag under a paced 1k commands/s load.
  * Run: npm run bench:foundation   (about a minute on 2 cores)
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,7 +18,7 @@ import { closedLoop, fmt, jsonClient, latencySummary, percentile } from './lib.j
 
 const SECRET = 'bench-secret-for-hs256-at-least-32-bytes';
 const root = new URL('..', import.meta.url).pathname;
-const N1 = Number(process.env.BENCH_N1 ?? 2000);
+const N1 = Number(process.env.BENCH_N1 ?? 3000);
 const N8 = Number(process.env.BENCH_N8 ?? 20000);
 
 const freePort = () => new Promise<number>((resolve) => {
@@ -40,17 +40,19 @@ async function rawAppends(dir: string) {
     });
     out[clients] = rate;
   }
-  // Replay: read the whole log in pages, as a projection rebuild does.
+  await store.close();
+  // Replay from a freshly opened store (nothing cached in memory): read the whole log in pages, as a rebuild does.
+  const cold = new EmbeddedEventStore(join(dir, 'raw-events.db'));
   const started = performance.now();
   let count = 0;
   for (let position = 0; ;) {
-    const page = await store.readAll(position, { limit: 1000 });
+    const page = await cold.readAll(position, { limit: 1000 });
     if (page.length === 0) break;
     count += page.length;
     position = page[page.length - 1]!.position;
   }
   const replay = count / ((performance.now() - started) / 1000);
-  await store.close();
+  await cold.close();
   return { appends: out, replay, replayed: count };
 }
 
@@ -64,10 +66,48 @@ async function bootstrap(baseUrl: string) {
   const project = JSON.parse((await client.request('POST', '/projects', { name: 'bench' }, { Authorization: `Bearer ${session}` })).body);
   const key = JSON.parse((await client.request('POST', `/projects/${project.project_id}/keys`, {}, { Authorization: `Bearer ${session}` })).body);
   client.close();
-  return key.key as string;
+  return { key: key.key as string, projectId: project.project_id as string };
 }
 
-async function httpCommands(dir: string) {
+interface Load { rate: number; p50: number; p99: number; failures: number; tool: string }
+
+const hasWrk = spawnSync('wrk', ['--version']).error === undefined;
+
+/** wrk (C, one thread) when installed, so the load generator takes little of the 2 cores; else a Node client. */
+async function load(base: string, clients: number, seconds: number, kind: 'config' | 'agents', auth: { key: string; projectId: string }, dir: string): Promise<Load> {
+  const run = `${kind}-${clients}-${Date.now()}`;
+  if (hasWrk) {
+    const script = join(dir, `${run}.lua`);
+    const headers = `{["Authorization"] = "Bearer ${auth.key}", ["Content-Type"] = "application/json"}`;
+    writeFileSync(script, kind === 'config'
+      ? `n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format("PUT", "/api/v1/projects/${auth.projectId}/config/${run}-" .. n, ${headers}, tostring(n))\nend\n`
+      : `n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format("POST", "/api/v1/agents", ${headers}, '{"name":"${run}-' .. n .. '"}')\nend\n`);
+    const out = spawnSync('wrk', ['-t1', `-c${clients}`, `-d${seconds}s`, '--latency', '-s', script, base], { encoding: 'utf8' }).stdout;
+    const ms = (label: string) => {
+      const m = new RegExp(`${label}%\\s+([\\d.]+)(us|ms|s)`).exec(out);
+      return m ? Number(m[1]) * (m[2] === 'us' ? 0.001 : m[2] === 's' ? 1000 : 1) : NaN;
+    };
+    return {
+      rate: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]),
+      p50: ms('50'), p99: ms('99'),
+      failures: Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0),
+      tool: 'wrk',
+    };
+  }
+  const client = jsonClient(`${base}/api/v1`, clients);
+  let failures = 0;
+  const total = Math.round((kind === 'config' ? 2500 : 1200) * seconds * (clients > 1 ? 1 : 0.3));
+  const result = await closedLoop(clients, total, async (i) => {
+    const res = kind === 'config'
+      ? await client.request('PUT', `/projects/${auth.projectId}/config/${run}-${i}`, i, { Authorization: `Bearer ${auth.key}` })
+      : await client.request('POST', '/agents', { name: `${run}-${i}` }, { Authorization: `Bearer ${auth.key}` });
+    if (res.status !== 200) failures++;
+  });
+  client.close();
+  return { rate: result.rate, p50: percentile(result.latencies, 50), p99: percentile(result.latencies, 99), failures, tool: 'node:http' };
+}
+
+async function httpCommands(dir: string, seconds: number) {
   const [port, memoryPort] = [await freePort(), await freePort()];
   const server = spawn(process.execPath, ['--import', 'tsx', 'api/main.ts'], {
     cwd: root, stdio: ['ignore', 'pipe', 'inherit'],
@@ -77,47 +117,48 @@ async function httpCommands(dir: string) {
     const poll = setInterval(() => fetch(`http://127.0.0.1:${port}/healthz`).then(() => { clearInterval(poll); resolve(); }, () => undefined), 100);
     server.once('exit', (code) => { clearInterval(poll); reject(new Error(`server exited ${code}`)); });
   });
-  const base = `http://127.0.0.1:${port}/api/v1`;
-  const key = await bootstrap(base);
-  const out: Record<number, { rate: number; latencies: number[] }> = {};
-  let failures = 0;
-  for (const [clients, total] of [[1, N1], [8, N8]] as const) {
-    const client = jsonClient(base, clients);
-    const run = `${clients}c-${Date.now()}`;
-    // Warm-up (JIT, caches), not counted.
-    await closedLoop(clients, 300, async (i) => { await client.request('POST', '/agents', { name: `warm ${run} ${i}` }, { Authorization: `Bearer ${key}` }); });
-    out[clients] = await closedLoop(clients, total, async (i) => {
-      const res = await client.request('POST', '/agents', { name: `bench ${run} ${i}` }, { Authorization: `Bearer ${key}` });
-      if (res.status !== 200) failures++;
-    });
-    client.close();
+  const base = `http://127.0.0.1:${port}`;
+  const auth = await bootstrap(`${base}/api/v1`);
+  await load(base, 8, 2, 'config', auth, dir); // warm-up (JIT, caches), not reported
+  await load(base, 8, 2, 'agents', auth, dir);
+  const out: Record<string, Load> = {};
+  for (const kind of ['config', 'agents'] as const) {
+    for (const clients of [1, 8]) out[`${kind}-${clients}`] = await load(base, clients, seconds, kind, auth, dir);
   }
   server.kill('SIGTERM');
   await new Promise((r) => server.once('exit', r));
-  return { out, failures };
+  return out;
 }
 
+/**
+ * Projection lag under a paced load: for every command, the time from the store acknowledging its
+ * append (durable) to the read model having applied it. Measured inside the process that runs both.
+ */
 async function projectionLag(dir: string, rate = 1000, seconds = 5) {
   const config = loadConfig({ DATA_DIR: join(dir, 'lag'), PORT: '0', MEMORY_PORT: '0', AUTH_JWT_SECRET: SECRET });
   const cairn = await startCairn({ config, log: createLogger('warn') });
-  const key = await bootstrap(`${cairn.platformUrl}/api/v1`);
-  const client = jsonClient(`${cairn.platformUrl}/api/v1`, 64);
-  const runner = cairn.runners.get('agents')!;
+  const auth = await bootstrap(`${cairn.platformUrl}/api/v1`);
+  const runner = cairn.runners.get('project-config')!;
   const lags: number[] = [];
-  const pending: Promise<void>[] = [];
+  const waits: Promise<void>[] = [];
+  const append = cairn.events.append.bind(cairn.events);
+  cairn.events.append = async (...args) => {
+    const result = await append(...args);
+    const acked = performance.now();
+    waits.push(runner.waitFor(result.position, 10_000).then(() => { lags.push(performance.now() - acked); }));
+    return result;
+  };
+  const client = jsonClient(`${cairn.platformUrl}/api/v1`, 64);
+  const pending: Promise<unknown>[] = [];
   const total = rate * seconds;
   const started = performance.now();
   for (let i = 0; i < total; i++) {
-    const due = started + (i * 1000) / rate;
-    const wait = due - performance.now();
+    const wait = started + (i * 1000) / rate - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-    pending.push(client.request('POST', '/agents', { name: `lag ${i}` }, { Authorization: `Bearer ${key}` }).then(async (res) => {
-      const acked = performance.now();
-      await runner.waitFor(Number(res.headers['x-event-position']), 10_000);
-      lags.push(performance.now() - acked);
-    }));
+    pending.push(client.request('PUT', `/projects/${auth.projectId}/config/lag-${i}`, i, { Authorization: `Bearer ${auth.key}` }));
   }
   await Promise.all(pending);
+  await Promise.all(waits);
   const achieved = total / ((performance.now() - started) / 1000);
   client.close();
   await cairn.close();
@@ -125,20 +166,24 @@ async function projectionLag(dir: string, rate = 1000, seconds = 5) {
 }
 
 const dir = mkdtempSync(join(tmpdir(), 'cairn-bench-'));
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 try {
-  console.log(`Cairn foundation benchmark — node ${process.version}, ${new Date().toISOString()}`);
+  console.log(`Cairn foundation benchmark — node ${process.version}, ${new Date().toISOString()}, load generator: ${hasWrk ? 'wrk' : 'node:http (install wrk for a lighter one)'}`);
   const raw = await rawAppends(dir);
-  const http = await httpCommands(dir);
+  const http = await httpCommands(dir, SECONDS);
   const lag = await projectionLag(dir);
+  const row = (label: string, l1: Load, l8: Load) =>
+    `| ${label} | ${fmt(l1.rate)}/s (p50 ${fmt(l1.p50, 2)} ms, p99 ${fmt(l1.p99, 2)} ms) | ${fmt(l8.rate)}/s (p50 ${fmt(l8.p50, 2)} ms, p99 ${fmt(l8.p99, 2)} ms) |`;
   console.log('\n| measurement | 1 client | 8 clients |');
   console.log('|---|---|---|');
-  console.log(`| embedded store, durable appends/s (1 event each) | ${fmt(raw.appends[1]!)} | ${fmt(raw.appends[8]!)} |`);
-  console.log(`| POST /agents over HTTP, requests/s (2 durable appends each: name reservation + agent) | ${fmt(http.out[1]!.rate)} | ${fmt(http.out[8]!.rate)} |`);
-  console.log(`| POST /agents latency | ${latencySummary(http.out[1]!.latencies)} | ${latencySummary(http.out[8]!.latencies)} |`);
-  console.log(`| HTTP requests/s ÷ raw appends/s | ${fmt(http.out[1]!.rate / raw.appends[1]!, 2)} | ${fmt(http.out[8]!.rate / raw.appends[8]!, 2)} |`);
-  console.log(`\nreadAll replay: ${fmt(raw.replay)} events/s over ${fmt(raw.replayed)} events`);
-  console.log(`projection lag (agents read model) at ${fmt(lag.achieved)} commands/s: ${latencySummary(lag.lags)} (max ${fmt(percentile(lag.lags, 100), 2)} ms, n=${lag.lags.length})`);
-  console.log(`HTTP failures: ${http.failures}`);
+  console.log(`| embedded store directly: durable appends (1 event each) | ${fmt(raw.appends[1]!)}/s | ${fmt(raw.appends[8]!)}/s |`);
+  console.log(row('PUT /projects/{id}/config/{key} over HTTP (1 durable command)', http['config-1']!, http['config-8']!));
+  console.log(row('POST /agents over HTTP (2 durable commands: name reservation, agent)', http['agents-1']!, http['agents-8']!));
+  console.log(`| config PUT ÷ raw appends | ${fmt(http['config-1']!.rate / raw.appends[1]!, 2)} | ${fmt(http['config-8']!.rate / raw.appends[8]!, 2)} |`);
+  console.log(`| POST /agents commands ÷ raw appends | ${fmt((2 * http['agents-1']!.rate) / raw.appends[1]!, 2)} | ${fmt((2 * http['agents-8']!.rate) / raw.appends[8]!, 2)} |`);
+  console.log(`\nreadAll replay from a cold store: ${fmt(raw.replay)} events/s over ${fmt(raw.replayed)} events`);
+  console.log(`projection lag (project-config read model, from durable append to applied) at ${fmt(lag.achieved)} commands/s: ${latencySummary(lag.lags)} (max ${fmt(percentile(lag.lags, 100), 2)} ms, n=${lag.lags.length})`);
+  console.log(`HTTP failures (non-2xx): ${Object.values(http).reduce((n, l) => n + l.failures, 0)}`);
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

@@ -10,6 +10,8 @@ import { hashApiKey, isWellFormedApiKey } from '../../infra/apikeys.js';
 
 export interface KeyUse { key_id: string; project_id: string }
 
+const KEY_CACHE_LIMIT = 10_000;
+
 /**
  * Resolves the caller of a platform request. API keys (`sk_…`) are checked for shape and checksum
  * first, then looked up by SHA-256 hash and compared in constant time; sessions are JWTs verified
@@ -46,8 +48,13 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
   async function apiKey(token: string): Promise<Principal> {
     if (!isWellFormedApiKey(token)) throw unauthorized('API key is malformed');
     const hash = hashApiKey(token);
-    const { items } = await reads.find<ApiKeyDoc>('api_keys', { where: { key_hash: hash }, limit: 1 });
-    const doc = items[0];
+    let doc = known.get(hash);
+    if (!doc) {
+      const epoch = forgets;
+      doc = (await reads.find<ApiKeyDoc>('api_keys', { where: { key_hash: hash }, limit: 1 })).items[0];
+      // A key event applied while we read may have made this document stale: use it, but do not keep it.
+      if (doc && epoch === forgets) remember(hash, doc);
+    }
     const presented = Buffer.from(hash, 'hex');
     // Compare even when nothing was found, so a miss and a hit cost the same.
     const stored = Buffer.from(doc?.key_hash ?? createHash('sha256').update('').digest('hex'), 'hex');
@@ -59,7 +66,25 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
     return { kind: 'key', key_id: doc.key_id, project_id: doc.project_id, tenant_id: doc.tenant_id, scopes: doc.scopes };
   }
 
-  return async function authenticate(ctx: Koa.Context, accepted: AuthKind[]): Promise<Principal> {
+  /**
+   * Key documents by hash, so a request does not query the read model. An entry is dropped when this
+   * node's api-keys projection applies an event of that key (revocation, use), before the projection
+   * reports the position: a revocation still takes effect before its response. Expiry is checked on
+   * every request against the clock.
+   */
+  const known = new Map<string, ApiKeyDoc>();
+  const remember = (hash: string, doc: ApiKeyDoc) => {
+    if (known.size >= KEY_CACHE_LIMIT) known.delete(known.keys().next().value!);
+    known.set(hash, doc);
+  };
+  let forgets = 0;
+  function forget(keyIds: Iterable<string>): void {
+    forgets++;
+    const ids = new Set(keyIds);
+    for (const [hash, doc] of known) if (ids.has(doc.key_id)) known.delete(hash);
+  }
+
+  async function authenticate(ctx: Koa.Context, accepted: AuthKind[]): Promise<Principal> {
     const header = ctx.get('Authorization');
     const match = /^Bearer\s+(\S+)$/i.exec(header);
     const wants = accepted.map((a) => (a === 'key' ? 'a project API key' : 'a dashboard session token')).join(' or ');
@@ -69,5 +94,7 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
     if (isKey && accepted.includes('key')) return apiKey(token);
     if (!isKey && accepted.includes('session')) return session(token);
     throw unauthorized(`this operation needs ${wants}`);
-  };
+  }
+
+  return { authenticate, forget };
 }

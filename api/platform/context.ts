@@ -18,11 +18,15 @@ export interface PlatformDeps {
  * Project isolation, in one place: a key reaches only its own project, a session only its tenant's
  * projects. Anything else is "not found", so ids of other projects cannot be probed.
  */
-export async function requireProject(deps: PlatformDeps, principal: Principal, projectId: string): Promise<ProjectDoc> {
-  if (principal.kind === 'key' && principal.project_id !== projectId) throw notFound('project not found');
+export async function requireProject(deps: PlatformDeps, principal: Principal, projectId: string): Promise<Pick<ProjectDoc, 'project_id' | 'tenant_id'>> {
+  if (principal.kind === 'key') {
+    // A key is issued for one existing project and carries its tenant; projects are never deleted, so
+    // no read is needed. (When project deletion arrives, deleting a project must revoke its keys.)
+    if (principal.project_id !== projectId) throw notFound('project not found');
+    return { project_id: principal.project_id, tenant_id: principal.tenant_id };
+  }
   const project = await deps.reads.get<ProjectDoc>('projects', projectId);
   if (!project) throw notFound('project not found');
   if (principal.kind === 'session' && project.tenant_id !== principal.tenant_id) throw notFound('project not found');
-  if (principal.kind === 'key' && project.tenant_id !== principal.tenant_id) throw notFound('project not found');
   return project;
 }

@@ -23,6 +23,12 @@ interface StreamRow {
   created_at: string; updated_at: string;
 }
 
+/**
+ * Batches handed to the writer before the first is acknowledged: with two, the writer starts the next
+ * commit as soon as one is durable instead of idling for a round trip through this thread.
+ */
+const MAX_IN_FLIGHT = 2;
+
 /** How many recently appended events are kept in memory for subscribers tailing the log. */
 const TAIL_SIZE = 8192;
 
@@ -89,10 +95,10 @@ export class EmbeddedEventStore implements EventStore {
     setImmediate(() => this.flush());
   }
 
-  /** Sends the queued appends as one batch, unless a batch is still being committed (it will send them when done). */
+  /** Sends the queued appends as one batch, unless MAX_IN_FLIGHT batches are being committed (then the next settle sends them). */
   private flush(): void {
     this.flushScheduled = false;
-    if (this.inFlight.size > 0 || this.queue.length === 0) return;
+    if (this.inFlight.size >= MAX_IN_FLIGHT || this.queue.length === 0) return;
     const batch = this.queue;
     this.queue = [];
     const id = this.nextBatchId++;
