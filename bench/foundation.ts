@@ -3,9 +3,9 @@
  * (1 and 8 concurrent clients), readAll replay rate, and projection lag under a paced 1k commands/s load.
  * Run: npm run bench:foundation   (about a minute on 2 cores)
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,7 +14,7 @@ import { startCairn } from '../api/app.js';
 import { EmbeddedEventStore } from '../infra/eventstore/embedded.js';
 import { loadConfig } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
-import { closedLoop, fmt, jsonClient, latencySummary, percentile } from './lib.js';
+import { closedLoop, fmt, hasWrk, jsonClient, latencySummary, percentile, wrk } from './lib.js';
 
 const SECRET = 'bench-secret-for-hs256-at-least-32-bytes';
 const root = new URL('..', import.meta.url).pathname;
@@ -71,28 +71,17 @@ async function bootstrap(baseUrl: string) {
 
 interface Load { rate: number; p50: number; p99: number; failures: number; tool: string }
 
-const hasWrk = spawnSync('wrk', ['--version']).error === undefined;
+const wrkInstalled = hasWrk();
 
 /** wrk (C, one thread) when installed, so the load generator takes little of the 2 cores; else a Node client. */
 async function load(base: string, clients: number, seconds: number, kind: 'config' | 'agents', auth: { key: string; projectId: string }, dir: string): Promise<Load> {
   const run = `${kind}-${clients}-${Date.now()}`;
-  if (hasWrk) {
-    const script = join(dir, `${run}.lua`);
+  if (wrkInstalled) {
     const headers = `{["Authorization"] = "Bearer ${auth.key}", ["Content-Type"] = "application/json"}`;
-    writeFileSync(script, kind === 'config'
-      ? `n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format("PUT", "/api/v1/projects/${auth.projectId}/config/${run}-" .. n, ${headers}, tostring(n))\nend\n`
-      : `n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format("POST", "/api/v1/agents", ${headers}, '{"name":"${run}-' .. n .. '"}')\nend\n`);
-    const out = spawnSync('wrk', ['-t1', `-c${clients}`, `-d${seconds}s`, '--latency', '-s', script, base], { encoding: 'utf8' }).stdout;
-    const ms = (label: string) => {
-      const m = new RegExp(`${label}%\\s+([\\d.]+)(us|ms|s)`).exec(out);
-      return m ? Number(m[1]) * (m[2] === 'us' ? 0.001 : m[2] === 's' ? 1000 : 1) : NaN;
-    };
-    return {
-      rate: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]),
-      p50: ms('50'), p99: ms('99'),
-      failures: Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0),
-      tool: 'wrk',
-    };
+    const request = kind === 'config'
+      ? `return wrk.format("PUT", "/api/v1/projects/${auth.projectId}/config/${run}-" .. n, ${headers}, tostring(n))`
+      : `return wrk.format("POST", "/api/v1/agents", ${headers}, '{"name":"${run}-' .. n .. '"}')`;
+    return { ...(await wrk(base, clients, seconds, request, dir)), tool: 'wrk' };
   }
   const client = jsonClient(`${base}/api/v1`, clients);
   let failures = 0;
@@ -168,7 +157,7 @@ async function projectionLag(dir: string, rate = 1000, seconds = 5) {
 const dir = mkdtempSync(join(tmpdir(), 'cairn-bench-'));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 try {
-  console.log(`Cairn foundation benchmark — node ${process.version}, ${new Date().toISOString()}, load generator: ${hasWrk ? 'wrk' : 'node:http (install wrk for a lighter one)'}`);
+  console.log(`Cairn foundation benchmark — node ${process.version}, ${new Date().toISOString()}, load generator: ${wrkInstalled ? 'wrk' : 'node:http (install wrk for a lighter one)'}`);
   const raw = await rawAppends(dir);
   const http = await httpCommands(dir, SECONDS);
   const lag = await projectionLag(dir);

@@ -1,4 +1,7 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import http from 'node:http';
+import { join } from 'node:path';
 
 /** Percentile of a sorted copy (nearest-rank). */
 export function percentile(values: number[], p: number): number {
@@ -50,4 +53,32 @@ export async function closedLoop(clients: number, total: number, worker: (i: num
     }
   }));
   return { rate: total / ((performance.now() - started) / 1000), latencies };
+}
+
+export interface WrkResult { rate: number; p50: number; p99: number; failures: number }
+
+export const hasWrk = (): boolean => spawnSync('wrk', ['--version']).error === undefined;
+
+/**
+ * Runs wrk (one thread, `clients` connections) with a Lua `request()` body that may use a counter `n`.
+ * wrk is written in C, so the load generator takes little of a small machine's CPU from the server.
+ */
+export async function wrk(baseUrl: string, clients: number, seconds: number, requestLua: string, dir: string): Promise<WrkResult> {
+  const script = join(dir, `wrk-${Date.now()}-${Math.random().toString(36).slice(2)}.lua`);
+  writeFileSync(script, `n = 0\nrequest = function()\n  n = n + 1\n  ${requestLua}\nend\n`);
+  // Asynchronous: the server under test may run in this very process.
+  const child = spawn('wrk', ['-t1', `-c${clients}`, `-d${seconds}s`, '--latency', '-s', script, baseUrl]);
+  let out = '';
+  child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString(); });
+  await new Promise((resolve) => child.once('close', resolve));
+  const ms = (label: string) => {
+    const m = new RegExp(`${label}%\\s+([\\d.]+)(us|ms|s)`).exec(out);
+    return m ? Number(m[1]) * (m[2] === 'us' ? 0.001 : m[2] === 's' ? 1000 : 1) : NaN;
+  };
+  return {
+    rate: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]),
+    p50: ms('50'),
+    p99: ms('99'),
+    failures: Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0),
+  };
 }

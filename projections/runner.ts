@@ -6,7 +6,7 @@ import type { Projection } from './projection.js';
 
 const BATCH = 500;
 /** How long a batch may wait for more events before it is applied. */
-const BATCH_WINDOW_MS = 1;
+const BATCH_WINDOW_MS = 2;
 /** How soon a checkpoint advanced only by events this projection ignores is stored. */
 const PERSIST_IDLE_CHECKPOINT_MS = 1000;
 

@@ -2,7 +2,8 @@ import Database from 'better-sqlite3';
 import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+import { startWorker } from '../threads.js';
 import { openWritable, reviveError, type AppendOutcome, type AppendRequest } from './embedded-appender.js';
 import { matchesFilter } from './port.js';
 import type {
@@ -75,7 +76,7 @@ export class EmbeddedEventStore implements EventStore {
         'SELECT * FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?'),
       readAll: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE position > ? ORDER BY position LIMIT ?'),
     };
-    this.writer = startWriter(file);
+    this.writer = startWorker(import.meta.url, './embedded-writer', { file });
     this.writer.on('message', (message: { id: number; outcomes: AppendOutcome[]; head: number; recorded_at: string }) => this.settle(message));
     this.writer.on('error', (error) => this.failAll(error));
     this.writer.unref();
@@ -85,7 +86,9 @@ export class EmbeddedEventStore implements EventStore {
     if (this.closed) return Promise.reject(new Error('event store is closed'));
     return new Promise((resolve, reject) => {
       this.queue.push({ stream, events, expected, resolve, reject });
-      this.scheduleFlush();
+      // An idle writer starts at once; appends arriving while it commits are gathered for the next batch.
+      if (this.inFlight.size === 0) this.flush();
+      else this.scheduleFlush();
     });
   }
 
@@ -255,18 +258,6 @@ export class EmbeddedEventStore implements EventStore {
     await this.writer.terminate();
     this.db.close();
   }
-}
-
-/**
- * Starts the writer thread. When running from TypeScript sources (tsx, tap), the worker registers tsx's
- * loader before importing the writer, since loader hooks registered in this thread do not carry over.
- */
-function startWriter(file: string): Worker {
-  const self = import.meta.url;
-  const writer = new URL(self.endsWith('.ts') ? './embedded-writer.ts' : './embedded-writer.js', self);
-  if (!self.endsWith('.ts')) return new Worker(writer, { workerData: { file } });
-  const bootstrap = `import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(writer.href)}); })`;
-  return new Worker(bootstrap, { eval: true, workerData: { file } });
 }
 
 function toRecorded(row: EventRow): RecordedEvent {

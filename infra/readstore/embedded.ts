@@ -1,6 +1,8 @@
 import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
+import type { Worker } from 'node:worker_threads';
+import { startWorker } from '../threads.js';
 import {
   decodeCursor, encodeCursor,
   type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page,
@@ -24,6 +26,8 @@ CREATE TABLE IF NOT EXISTS rm_collections (
 `;
 
 const NAME = /^[a-z][a-z0-9_]{0,62}$/;
+/** How often the checkpointer thread moves the WAL into the database file. */
+const CHECKPOINT_INTERVAL_MS = 250;
 const FIELD = /^[A-Za-z_][A-Za-z0-9_.]{0,127}$/;
 
 interface Row { id: string; position: number; deleted: number; doc: string }
@@ -38,6 +42,7 @@ export class EmbeddedReadStore implements ReadStore {
   private readonly db: Database.Database;
   private lock: Promise<unknown> = Promise.resolve();
   private readonly statements = new Map<string, Database.Statement>();
+  private readonly checkpointer?: Worker;
   /** collection → live table, valid while no other connection committed (PRAGMA data_version unchanged). */
   private readonly liveTables = new Map<string, string>();
   private dataVersion = -1;
@@ -48,6 +53,12 @@ export class EmbeddedReadStore implements ReadStore {
     this.db.pragma('busy_timeout = 5000');
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
+    // Checkpoints (which fsync) run on a worker thread instead of inside this thread's commits.
+    if (file !== ':memory:') {
+      this.db.pragma('wal_autocheckpoint = 0');
+      this.checkpointer = startWorker(import.meta.url, './checkpointer', { file, intervalMs: CHECKPOINT_INTERVAL_MS });
+      this.checkpointer.unref();
+    }
     this.db.exec(SCHEMA);
   }
 
@@ -287,6 +298,12 @@ export class EmbeddedReadStore implements ReadStore {
   async close(): Promise<void> {
     await this.lock;
     this.db.close();
+    if (this.checkpointer) {
+      const checkpointer = this.checkpointer;
+      checkpointer.ref();
+      await new Promise((resolve) => { checkpointer.once('message', resolve); checkpointer.postMessage('close'); });
+      await checkpointer.terminate();
+    }
   }
 }
 
