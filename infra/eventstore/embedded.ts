@@ -114,7 +114,8 @@ export class EmbeddedEventStore implements EventStore {
     const batch = this.inFlight.get(id);
     if (!batch) return;
     this.inFlight.delete(id);
-    this.writer.unref();
+    // The writer keeps the process alive only while a commit is outstanding.
+    if (this.inFlight.size === 0) this.writer.unref();
     batch.forEach((pending, i) => {
       const outcome = outcomes[i]!;
       if (!outcome.ok) {

@@ -37,3 +37,12 @@ t.test('the in-memory tail never hides events another writer appended in between
     'what the tail served is what the log holds');
   t.same(all.map((e) => e.recorded_at), seen.map((e) => e.recorded_at));
 });
+
+t.test('a process with commits in flight is kept alive until they are acknowledged', async (t) => {
+  const { spawnSync } = await import('node:child_process');
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-alive-')), 'events.db');
+  const fixture = new URL('./fixtures/append-and-exit.ts', import.meta.url).pathname;
+  const run = spawnSync(process.execPath, ['--import', 'tsx', fixture, file], { encoding: 'utf8', cwd: new URL('../..', import.meta.url).pathname });
+  t.equal(run.status, 0, run.stderr);
+  t.equal(run.stdout.trim(), '800');
+});
