@@ -40,6 +40,10 @@ export interface CairnOptions {
 function listen(app: Koa, host: string, port: number): Promise<Server> {
   return new Promise((resolve, reject) => {
     const server = createServer(app.callback());
+    // Longer than the idle timeouts of common load balancers and client pools (60 s), so the server is
+    // not the side that closes an idle keep-alive connection while a client reuses it (ECONNRESET).
+    server.keepAliveTimeout = 65_000;
+    server.headersTimeout = 66_000;
     server.once('error', reject);
     server.listen(port, host, () => resolve(server));
   });
