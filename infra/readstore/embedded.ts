@@ -219,8 +219,9 @@ export class EmbeddedReadStore implements ReadStore {
   }
 
   private findIn<T extends Doc>(table: string, options: FindOptions): Page<Stored<T>> {
-    const { sql, params } = whereSql(options.where);
     const field = options.sort?.field ?? 'id';
+    // With no filter and id order, `+deleted` keeps the planner on the primary key (no scan and sort per page).
+    const { sql, params } = whereSql(options.where, field === 'id' && Object.keys(options.where ?? {}).length === 0);
     if (!FIELD.test(field)) throw new Error(`invalid sort field ${field}`);
     const order = options.sort?.order === 'desc' ? 'DESC' : 'ASC';
     const cmp = order === 'DESC' ? '<' : '>';
@@ -318,8 +319,8 @@ function bindable(value: FieldValue): string | number | null {
   return typeof value === 'boolean' ? (value ? 1 : 0) : value;
 }
 
-function whereSql(where: Where = {}): { sql: string; params: Array<string | number | null> } {
-  const clauses = ['deleted = 0'];
+function whereSql(where: Where = {}, primaryKeyOrder = false): { sql: string; params: Array<string | number | null> } {
+  const clauses = [primaryKeyOrder ? '+deleted = 0' : 'deleted = 0'];
   const params: Array<string | number | null> = [];
   for (const [field, condition] of Object.entries(where)) {
     if (!FIELD.test(field)) throw new Error(`invalid field ${field}`);

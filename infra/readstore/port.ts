@@ -93,3 +93,16 @@ export function decodeCursor(cursor: string): [FieldValue, string] {
   } catch { /* fall through */ }
   throw new InvalidCursorError();
 }
+
+/** Every document matching `options`, page by page (for listings that return everything, index reloads). */
+export async function* findAll<T extends Doc>(
+  source: Pick<ReadStore, 'find'> | Pick<ProjectionWriter, 'find'>, collection: string,
+  options: Omit<FindOptions, 'cursor' | 'limit'> = {}, pageSize = 500,
+): AsyncIterable<Stored<T>> {
+  for (let cursor: string | undefined; ;) {
+    const page = await source.find<T>(collection, { ...options, limit: pageSize, cursor });
+    yield* page.items;
+    if (!page.next_cursor) return;
+    cursor = page.next_cursor;
+  }
+}

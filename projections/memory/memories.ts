@@ -1,6 +1,6 @@
 import type { MemoryDeleted, MemoryStored, MemoryUpdated, ScopeDeleted } from '../../domain/memory/decider.js';
 import type { RecordedEvent } from '../../infra/eventstore/port.js';
-import type { ProjectionWriter, ReadStore } from '../../infra/readstore/port.js';
+import { findAll, type ProjectionWriter, type ReadStore } from '../../infra/readstore/port.js';
 import type { LexicalIndex } from '../../infra/search/lexical.js';
 import type { Projection } from '../projection.js';
 import { IndexSync } from './sync.js';
@@ -34,22 +34,13 @@ const PAGE = 10_000;
 
 /** Deletes every live document of a scope (cursor-paged, so replaying a ScopeDeleted terminates). */
 export async function deleteScopeDocs(writer: ProjectionWriter, collection: string, agent: string, user: string, position: number): Promise<void> {
-  for (let cursor: string | undefined; ;) {
-    const page = await writer.find(collection, { where: { agent, user }, limit: PAGE, cursor });
-    for (const doc of page.items) await writer.delete(collection, doc.id, position);
-    if (!page.next_cursor) return;
-    cursor = page.next_cursor;
-  }
+  // Keyset paging by id: tombstoning the documents already seen does not move the cursor.
+  for await (const doc of findAll(writer, collection, { where: { agent, user } }, PAGE)) await writer.delete(collection, doc.id, position);
 }
 
 /** Every live document of a collection, in pages (for reloading in-process indexes). */
-export async function* allDocs<T extends { id: string; [field: string]: unknown }>(reads: ReadStore, collection: string): AsyncIterable<T> {
-  for (let cursor: string | undefined; ;) {
-    const page = await reads.find<T>(collection, { limit: PAGE, cursor });
-    yield* page.items;
-    if (!page.next_cursor) return;
-    cursor = page.next_cursor;
-  }
+export function allDocs<T extends { id: string; [field: string]: unknown }>(reads: ReadStore, collection: string): AsyncIterable<T> {
+  return findAll<T>(reads, collection, {}, PAGE);
 }
 
 export interface MemoriesProjection extends Projection {

@@ -5,6 +5,7 @@ import { DomainError } from '../../../domain/shared/decider.js';
 import {
   agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, type AgentProfile,
 } from '../../../domain/agents/decider.js';
+import { findAll } from '../../../infra/readstore/port.js';
 import type { AgentDoc } from '../../../projections/agents/projection.js';
 import { notFound } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
@@ -106,12 +107,7 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         const projectId = query.project_id?.toLowerCase() ?? principal.project_id;
         await requireProject(deps, principal, projectId);
         const agents: AgentView[] = [];
-        for (let cursor: string | undefined; ;) {
-          const page = await deps.reads.find<AgentDoc>('agents', { where: { project_id: projectId }, sort: { field: 'created_at', order: 'asc' }, limit: 500, cursor });
-          agents.push(...page.items.map(agentView));
-          if (!page.next_cursor) break;
-          cursor = page.next_cursor;
-        }
+        for await (const doc of findAll<AgentDoc>(deps.reads, 'agents', { where: { project_id: projectId }, sort: { field: 'created_at', order: 'asc' } })) agents.push(agentView(doc));
         return { body: agents };
       },
     }),

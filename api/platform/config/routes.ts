@@ -1,4 +1,5 @@
 import { configDecider, configStream } from '../../../domain/config/decider.js';
+import { findAll } from '../../../infra/readstore/port.js';
 import { configDocId, type ConfigValueDoc } from '../../../projections/config/projection.js';
 import { notFound } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
@@ -17,11 +18,8 @@ export function configRoutes(deps: PlatformDeps): RouteDef[] {
       async handler({ params, principal }) {
         await requireProject(deps, principal, params.projectId);
         const config: Record<string, unknown> = {};
-        for (let cursor: string | undefined; ;) {
-          const page = await deps.reads.find<ConfigValueDoc>('config_values', { where: { project_id: params.projectId }, sort: { field: 'key', order: 'asc' }, limit: 500, cursor });
-          for (const doc of page.items) config[doc.key] = doc.value;
-          if (!page.next_cursor) break;
-          cursor = page.next_cursor;
+        for await (const doc of findAll<ConfigValueDoc>(deps.reads, 'config_values', { where: { project_id: params.projectId }, sort: { field: 'key', order: 'asc' } })) {
+          config[doc.key] = doc.value;
         }
         return { body: config };
       },

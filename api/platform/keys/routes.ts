@@ -2,6 +2,7 @@ import Type from 'typebox';
 import { v5 as uuidv5 } from 'uuid';
 import { randomUUID } from 'node:crypto';
 import { apiKeyDecider, apiKeyStream } from '../../../domain/apikeys/decider.js';
+import { findAll } from '../../../infra/readstore/port.js';
 import type { ApiKeyDoc } from '../../../projections/apikeys/projection.js';
 import { ProblemError } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
@@ -61,12 +62,7 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       async handler({ params, principal }) {
         await requireProject(deps, principal, params.projectId);
         const keys: ApiKeyItem[] = [];
-        for (let cursor: string | undefined; ;) {
-          const page = await deps.reads.find<ApiKeyDoc>('api_keys', { where: { project_id: params.projectId }, sort: { field: 'created_at', order: 'desc' }, limit: 500, cursor });
-          keys.push(...page.items.map(item));
-          if (!page.next_cursor) break;
-          cursor = page.next_cursor;
-        }
+        for await (const doc of findAll<ApiKeyDoc>(deps.reads, 'api_keys', { where: { project_id: params.projectId }, sort: { field: 'created_at', order: 'desc' } })) keys.push(item(doc));
         return { body: keys };
       },
     }),

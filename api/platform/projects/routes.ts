@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { v5 as uuidv5 } from 'uuid';
 import { projectDecider, projectStream } from '../../../domain/projects/decider.js';
+import { findAll } from '../../../infra/readstore/port.js';
 import type { ProjectDoc } from '../../../projections/projects/projection.js';
 import { check, nonBlank } from '../../http/validation.js';
 import { route, type RouteDef } from '../../http/routes.js';
@@ -29,12 +30,7 @@ export function projectRoutes(deps: PlatformDeps): RouteDef[] {
         }
         const tenant = principal.kind === 'session' ? principal.tenant_id : '';
         const projects: ProjectView[] = [];
-        for (let cursor: string | undefined; ;) {
-          const page = await deps.reads.find<ProjectDoc>('projects', { where: { tenant_id: tenant }, sort: { field: 'created_at', order: 'asc' }, limit: 500, cursor });
-          projects.push(...page.items.map(view));
-          if (!page.next_cursor) break;
-          cursor = page.next_cursor;
-        }
+        for await (const doc of findAll<ProjectDoc>(deps.reads, 'projects', { where: { tenant_id: tenant }, sort: { field: 'created_at', order: 'asc' } })) projects.push(view(doc));
         return { body: { projects } };
       },
     }),
