@@ -61,13 +61,13 @@ export class EmbeddedEventStore implements EventStore {
   private tail: RecordedEvent[] = [];
   private readonly stmt;
 
-  constructor(readonly file: string, options: { readonly?: boolean } = {}) {
+  constructor(readonly file: string) {
     if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
-    this.db = new Database(file, { readonly: options.readonly ?? false });
+    this.db = new Database(file);
     this.db.pragma('busy_timeout = 5000');
     // The writer thread's commits invalidate this connection's page cache; memory-mapped reads refill it cheaply.
     this.db.pragma('mmap_size = 1073741824');
-    if (!options.readonly) openWritable(this.db);
+    openWritable(this.db);
     this.appended.setMaxListeners(0);
     this.stmt = {
       streamRow: this.db.prepare<[string], StreamRow>('SELECT * FROM streams WHERE name = ?'),
