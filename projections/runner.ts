@@ -41,6 +41,10 @@ export class ProjectionRunner {
   private persistTimer: NodeJS.Timeout | undefined;
   private moved = false;
   private subscription: AbortController | undefined;
+  /** Highest position the subscription reported as read. */
+  private scanned = 0;
+  /** Events taken from the subscription and not applied yet. */
+  private holding = 0;
   private readonly progress = new EventEmitter();
   private abort = new AbortController();
   private loop: Promise<void> | undefined;
@@ -68,6 +72,8 @@ export class ProjectionRunner {
     const cp = await this.store.checkpoint(this.projection.name);
     this.position = cp.position;
     this.stored = cp.position;
+    this.scanned = cp.position;
+    this.holding = 0;
     this.generation = cp.generation;
     this.moved = false;
     await this.projection.reset?.();
@@ -96,7 +102,12 @@ export class ProjectionRunner {
     this.subscription = local;
     const stop = () => local.abort();
     this.abort.signal.addEventListener('abort', stop, { once: true });
-    const iterator = this.events.subscribeToAll(this.position, { signal: local.signal })[Symbol.asyncIterator]();
+    // Only the events this projection reads come through; positions passed without one arrive via onPosition.
+    const iterator = this.events.subscribeToAll(this.position, {
+      signal: local.signal,
+      filter: { types: [...this.projection.canHandle] },
+      onPosition: (position) => this.passed(position),
+    })[Symbol.asyncIterator]();
     try {
       let pending: Promise<IteratorResult<RecordedEvent>> | undefined;
       for (;;) {
@@ -104,6 +115,7 @@ export class ProjectionRunner {
         pending = undefined;
         if (first.done) return;
         const batch: RecordedEvent[] = [first.value];
+        this.holding = 1;
         let ended = false;
         // Take what arrives within a short window, up to one batch: under load one read-model commit
         // then covers many commands, at the cost of at most BATCH_WINDOW_MS of extra lag.
@@ -120,11 +132,14 @@ export class ProjectionRunner {
             break;
           }
           batch.push(result.value);
+          this.holding = batch.length;
         }
         if (!(await this.applyBatch(batch))) {
           await this.reload();
           return;
         }
+        this.holding = 0;
+        this.passed(this.scanned);
         if (ended) return;
       }
     } finally {
@@ -153,6 +168,17 @@ export class ProjectionRunner {
     this.projection.afterCommit?.(relevant, this.generation);
     this.advance(last);
     return true;
+  }
+
+  /**
+   * The subscription has read up to `position` and handed over every event of ours before it. Once
+   * those are applied (none held), the projection is at `position` too.
+   */
+  private passed(position: number): void {
+    if (position > this.scanned) this.scanned = position;
+    if (this.holding > 0 || this.moved || this.scanned <= this.position) return;
+    this.advance(this.scanned);
+    this.schedulePersist();
   }
 
   private advance(position: number): void {

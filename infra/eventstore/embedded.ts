@@ -7,7 +7,7 @@ import { startWorker } from '../threads.js';
 import { openWritable, reviveError, type AppendOutcome, type AppendRequest } from './embedded-appender.js';
 import { matchesFilter } from './port.js';
 import type {
-  AppendResult, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamInfo, SubscriptionFilter,
+  AppendResult, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamInfo, SubscribeOptions, SubscriptionFilter,
 } from './port.js';
 
 interface PendingAppend extends AppendRequest {
@@ -185,9 +185,9 @@ export class EmbeddedEventStore implements EventStore {
     return rows.map(toRecorded);
   }
 
-  async *subscribeToAll(fromPosition: number, options: { filter?: SubscriptionFilter; signal?: AbortSignal } = {}): AsyncIterable<RecordedEvent> {
+  async *subscribeToAll(fromPosition: number, options: SubscribeOptions = {}): AsyncIterable<RecordedEvent> {
     let position = fromPosition;
-    const { signal, filter } = options;
+    const { signal, filter, onPosition } = options;
     // Caught up with this process's own appends, the log needs no query until something is appended
     // here or the cross-process poll fires; then it is read for real.
     let mustRead = true;
@@ -205,6 +205,7 @@ export class EmbeddedEventStore implements EventStore {
         yield event;
         if (signal?.aborted) return;
       }
+      onPosition?.(position);
     }
   }
 

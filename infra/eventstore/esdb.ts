@@ -9,7 +9,7 @@ import type {
 import { WrongExpectedVersionError } from './errors.js';
 import { matchesFilter } from './port.js';
 import type {
-  AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamInfo, SubscriptionFilter,
+  AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamInfo, SubscribeOptions, SubscriptionFilter,
 } from './port.js';
 
 /*
@@ -174,10 +174,11 @@ export class EsdbEventStore implements EventStore {
    * piped from the gRPC call, so while the consumer is busy the stream's buffer fills, gRPC flow
    * control stops the server, and nothing runs ahead of the consumer.
    */
-  async *subscribeToAll(from: number, options: { filter?: SubscriptionFilter; signal?: AbortSignal } = {}): AsyncIterable<RecordedEvent> {
-    const { filter, signal } = options;
+  async *subscribeToAll(from: number, options: SubscribeOptions = {}): AsyncIterable<RecordedEvent> {
+    const { filter, signal, onPosition } = options;
     if (signal?.aborted || this.closed) return;
-    const subscription = this.client.subscribeToAll({ fromPosition: esdbPosition(from), filter: serverFilter(filter) });
+    // With onPosition the filter is applied here, so the positions of skipped events are seen and reported.
+    const subscription = this.client.subscribeToAll({ fromPosition: esdbPosition(from), filter: onPosition ? undefined : serverFilter(filter) });
     this.subscriptions.add(subscription);
     // Destroying the stream settles a pending read at once; unsubscribe (finally) cancels the gRPC call.
     const stop = () => { subscription.destroy(); };
@@ -197,7 +198,11 @@ export class EsdbEventStore implements EventStore {
         if (!event || isSystem(event)) continue;
         const recorded = toRecorded(event, true);
         // The server filter is a pre-selection (one criterion only); the port's filter is exact.
-        if (recorded.position <= from || !matchesFilter(recorded, filter)) continue;
+        if (recorded.position <= from) continue;
+        if (!matchesFilter(recorded, filter)) {
+          onPosition?.(recorded.position);
+          continue;
+        }
         yield recorded;
         if (signal?.aborted) return;
       }

@@ -65,6 +65,12 @@ export interface SubscriptionFilter {
   streamPrefixes?: string[];
 }
 
+export interface SubscribeOptions {
+  filter?: SubscriptionFilter;
+  signal?: AbortSignal;
+  onPosition?: (position: number) => void;
+}
+
 export interface EventStore {
   readonly kind: 'embedded' | 'esdb';
   append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult>;
@@ -75,8 +81,10 @@ export interface EventStore {
   /**
    * Catch-up then live subscription after `fromPosition` (exclusive). Pull-based: the consumer
    * takes the next event when it is ready for it, so nothing is checkpointed ahead of work.
+   * `onPosition`, with a filter: called with a position the subscription has read up to, once every
+   * matching event up to it has been yielded, so a consumer can count events it never sees as passed.
    */
-  subscribeToAll(fromPosition: number, options?: { filter?: SubscriptionFilter; signal?: AbortSignal }): AsyncIterable<RecordedEvent>;
+  subscribeToAll(fromPosition: number, options?: SubscribeOptions): AsyncIterable<RecordedEvent>;
   /** The position of the last event in the log (0 when empty). */
   headPosition(): Promise<number>;
   listStreams(options?: { prefix?: string; limit?: number; after?: string }): Promise<StreamInfo[]>;

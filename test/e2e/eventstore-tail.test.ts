@@ -46,3 +46,29 @@ t.test('a process with commits in flight is kept alive until they are acknowledg
   t.equal(run.status, 0, run.stderr);
   t.equal(run.stdout.trim(), '800');
 });
+
+t.test('a filtered subscription reports the positions it read past', async (t) => {
+  const store = new EmbeddedEventStore(join(mkdtempSync(join(tmpdir(), 'cairn-onpos-')), 'events.db'));
+  t.teardown(() => store.close());
+  for (let i = 0; i < 10; i++) {
+    await store.append(`s-${i}`, [{ id: randomUUID(), type: i % 3 === 0 ? 'Wanted' : 'Other', data: { i }, metadata: meta }], 'no_stream');
+  }
+  const abort = new AbortController();
+  const log: string[] = [];
+  for await (const e of store.subscribeToAll(0, { signal: abort.signal, filter: { types: ['Wanted'] }, onPosition: (p) => log.push(`passed ${p}`) })) {
+    log.push(`event ${e.position}`);
+    if (e.position === 10) abort.abort();
+  }
+  t.same(log, ['event 1', 'event 4', 'event 7', 'event 10'], 'only matching events; nothing passed ahead of an event still to come');
+  const passed: number[] = [];
+  const second = new AbortController();
+  const seen: number[] = [];
+  const consumer = (async () => {
+    for await (const e of store.subscribeToAll(0, { signal: second.signal, filter: { types: ['Wanted'] }, onPosition: (p) => { passed.push(p); if (p === 11) second.abort(); } })) seen.push(e.position);
+  })();
+  await store.append('s-last', [{ id: randomUUID(), type: 'Other', data: {}, metadata: meta }], 'no_stream');
+  await consumer;
+  t.same(seen, [1, 4, 7, 10]);
+  t.ok(passed.includes(11), 'a position with no matching event is reported');
+  t.ok(passed.every((p) => p >= 10), 'reported only after the last matching event before it was taken');
+});
