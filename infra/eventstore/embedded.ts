@@ -15,10 +15,9 @@ interface PendingAppend extends AppendRequest {
   reject: (error: unknown) => void;
 }
 
-interface EventRow {
-  position: number; id: string; stream: string; revision: number; type: string;
-  data: string; metadata: string; recorded_at: string;
-}
+/** Rows are read as arrays (`raw()`), which is markedly faster on replays than one object per row. */
+type EventRow = [position: number, id: string, stream: string, revision: number, type: string, data: string, metadata: string, recorded_at: string];
+const COLUMNS = 'position, id, stream, revision, type, data, metadata, recorded_at';
 interface StreamRow {
   name: string; revision: number; event_count: number; first_position: number; last_position: number;
   created_at: string; updated_at: string;
@@ -73,8 +72,8 @@ export class EmbeddedEventStore implements EventStore {
       streamRow: this.db.prepare<[string], StreamRow>('SELECT * FROM streams WHERE name = ?'),
       head: this.db.prepare<[], { p: number | null }>('SELECT MAX(position) AS p FROM events'),
       readStream: this.db.prepare<[string, number, number], EventRow>(
-        'SELECT * FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?'),
-      readAll: this.db.prepare<[number, number], EventRow>('SELECT * FROM events WHERE position > ? ORDER BY position LIMIT ?'),
+        `SELECT ${COLUMNS} FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?`).raw(),
+      readAll: this.db.prepare<[number, number], EventRow>(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`).raw(),
     };
     this.writer = startWorker(import.meta.url, './embedded-writer', { file });
     this.writer.on('message', (message: { id: number; outcomes: AppendOutcome[]; head: number; recorded_at: string }) => this.settle(message));
@@ -181,7 +180,7 @@ export class EmbeddedEventStore implements EventStore {
       for (const p of filter.streamPrefixes) params.push(p.length, p);
     }
     params.push(limit);
-    const rows = this.db.prepare(`SELECT * FROM events WHERE ${where.join(' AND ')} ORDER BY position LIMIT ?`).all(...params) as EventRow[];
+    const rows = this.db.prepare(`SELECT ${COLUMNS} FROM events WHERE ${where.join(' AND ')} ORDER BY position LIMIT ?`).raw().all(...params) as EventRow[];
     return rows.map(toRecorded);
   }
 
@@ -262,17 +261,8 @@ export class EmbeddedEventStore implements EventStore {
   }
 }
 
-function toRecorded(row: EventRow): RecordedEvent {
-  return {
-    id: row.id,
-    stream: row.stream,
-    revision: row.revision,
-    position: row.position,
-    type: row.type,
-    data: JSON.parse(row.data),
-    metadata: JSON.parse(row.metadata),
-    recorded_at: row.recorded_at,
-  };
+function toRecorded([position, id, stream, revision, type, data, metadata, recorded_at]: EventRow): RecordedEvent {
+  return { id, stream, revision, position, type, data: JSON.parse(data), metadata: JSON.parse(metadata), recorded_at };
 }
 
 function toStreamInfo(row: StreamRow): StreamInfo {
