@@ -57,8 +57,10 @@ export class CommandBus {
     const sequence = meta.sequence.next++;
     for (let attempt = 1; ; attempt++) {
       const decided = await this.withStreamLock(stream, () => this.decideAndEnqueue(stream, decider, command, meta, sequence));
-      if (!decided.append) return { ...decided.result, position: await decided.entry.position };
       try {
+        // Nothing to append: the answer stands once the events it was decided on are durable. If those
+        // fail to append, it was decided on a state that never was: decide again.
+        if (!decided.append) return { ...decided.result, position: await decided.entry.position };
         const appended = await decided.append;
         return { ...decided.result, position: appended.position, revision: appended.revision };
       } catch (error) {
