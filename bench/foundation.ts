@@ -6,7 +6,6 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SignJWT } from 'jose';
@@ -14,19 +13,13 @@ import { startCairn } from '../api/app.js';
 import { EmbeddedEventStore } from '../infra/eventstore/embedded.js';
 import { loadConfig } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
+import { freePort } from '../test/support/net.js';
 import { closedLoop, fmt, hasWrk, jsonClient, latencySummary, percentile, wrk } from './lib.js';
 
 const SECRET = 'bench-secret-for-hs256-at-least-32-bytes';
 const root = new URL('..', import.meta.url).pathname;
 const N1 = Number(process.env.BENCH_N1 ?? 3000);
 const N8 = Number(process.env.BENCH_N8 ?? 20000);
-
-const freePort = () => new Promise<number>((resolve) => {
-  const s = createServer().listen(0, '127.0.0.1', () => {
-    const { port } = s.address() as { port: number };
-    s.close(() => resolve(port));
-  });
-});
 
 const meta = { correlation_id: 'bench', causation_id: 'bench', actor: 'bench', occurred_at: new Date().toISOString() };
 const agentData = (i: number) => ({ agent_id: randomUUID(), name: `agent ${i}`, big5: { openness: 0.5, conscientiousness: 0.5, extraversion: 0.5, agreeableness: 0.5, neuroticism: 0.5 }, language: 'en' });

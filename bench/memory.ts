@@ -17,7 +17,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { hasWrk, wrk } from './lib.js';
+import { hasWrk, percentile, wrk } from './lib.js';
 import { v4 as uuid } from 'uuid';
 import { startCairn } from '../api/app.js';
 import { createMemoryModule } from '../api/memory/module.js';
@@ -63,13 +63,9 @@ const query = () => Array.from({ length: 2 + Math.floor(random() * 3) }, zipfWor
 
 // ---------------------------------------------------------------- figures
 
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
 const ms = (x: number) => x.toFixed(x < 10 ? 2 : 1);
 function latencies(samples: number[]) {
-  const s = [...samples].sort((a, b) => a - b);
-  return { p50: percentile(s, 50), p95: percentile(s, 95), p99: percentile(s, 99) };
+  return { p50: percentile(samples, 50), p95: percentile(samples, 95), p99: percentile(samples, 99) };
 }
 
 // ---------------------------------------------------------------- HTTP load generator (worker thread)

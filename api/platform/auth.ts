@@ -11,6 +11,7 @@ import { hashApiKey, isWellFormedApiKey } from '../../infra/apikeys.js';
 export interface KeyUse { key_id: string; project_id: string }
 
 const KEY_CACHE_LIMIT = 10_000;
+const NO_KEY_HASH = createHash('sha256').update('').digest();
 
 /**
  * Resolves the caller of a platform request. API keys (`sk_…`) are checked for shape and checksum
@@ -57,7 +58,7 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
     }
     const presented = Buffer.from(hash, 'hex');
     // Compare even when nothing was found, so a miss and a hit cost the same.
-    const stored = Buffer.from(doc?.key_hash ?? createHash('sha256').update('').digest('hex'), 'hex');
+    const stored = doc ? Buffer.from(doc.key_hash, 'hex') : NO_KEY_HASH;
     const equal = timingSafeEqual(presented, stored);
     if (!doc || !equal) throw unauthorized('API key is not valid');
     if (!doc.is_active) throw unauthorized('API key has been revoked');

@@ -1,23 +1,14 @@
 import t from 'tap';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { configStream } from '../../domain/config/decider.js';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { bearer, sessionToken, TEST_JWT_SECRET } from '../support/cairn.js';
+import { freePort } from '../support/net.js';
 
 const root = new URL('../..', import.meta.url).pathname;
-
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** Starts `npm start`'s entry point as a real process and resolves once it logged that it started. */
 function startServer(dataDir: string, port: number, memoryPort: number): Promise<ChildProcess> {
