@@ -8,10 +8,7 @@ import type { EventStore } from '../infra/eventstore/port.js';
 import { createLogger, type Logger } from '../infra/logger.js';
 import type { ReadStore } from '../infra/readstore/port.js';
 import { openStores } from '../infra/stores.js';
-import { apiKeysProjection } from '../projections/apikeys/projection.js';
-import { platformProjections } from '../projections/index.js';
-import type { Projection } from '../projections/projection.js';
-import { ProjectionRunner } from '../projections/runner.js';
+import { startProjectionHost, type ProjectionHost } from '../projections/host.js';
 import { createMemoryApp } from './memory/app.js';
 import { ownerAuthenticator } from './memory/guard.js';
 import { createMemoryModule } from './memory/module.js';
@@ -26,7 +23,7 @@ export interface Cairn {
   events: EventStore;
   reads: ReadStore;
   bus: CommandBus;
-  runners: Map<string, ProjectionRunner>;
+  projections: ProjectionHost;
   waitFor(projections: string[], position: number): Promise<void>;
   close(): Promise<void>;
 }
@@ -59,28 +56,23 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   const { config } = options;
   const clock = options.clock ?? (() => new Date());
   const log = options.log ?? createLogger(config.logLevel);
-  const { events, reads } = await openStores(config);
+  const { events, reads } = await openStores(config, { checkpointer: !config.projectionsThread });
   const bus = new CommandBus(events, clock);
-  const runners = new Map<string, ProjectionRunner>();
 
+  let projections: ProjectionHost | undefined;
   const waitFor = async (names: string[], position: number) => {
-    await Promise.all(names.map((name) => {
-      const runner = runners.get(name);
-      if (!runner) throw new Error(`unknown projection ${name}`);
-      return runner.waitFor(position, config.consistencyTimeoutMs);
-    }));
+    if (!projections) throw new Error('projections are not running');
+    const host = projections;
+    await Promise.all(names.map((name) => host.waitFor(name, position, config.consistencyTimeoutMs)));
   };
   const memory = await createMemoryModule({ bus, events, reads, config, log, waitFor });
-  // Declared before the runners start: the api-keys projection tells it which cached keys changed.
+  // Created before the projections start: the api-keys projection tells it which cached keys changed.
   let platformAuth: ReturnType<typeof platformAuthenticator> | undefined;
-  const withKeyCache = (projection: Projection): Projection => projection !== apiKeysProjection ? projection : {
-    ...projection,
-    afterCommit: (applied) => platformAuth?.forget(applied.map((e) => (e.data as { key_id: string }).key_id)),
-  };
-  for (const projection of [...platformProjections.map(withKeyCache), ...memory.projections]) {
-    runners.set(projection.name, new ProjectionRunner(projection, events, reads, log));
-  }
-  for (const runner of runners.values()) await runner.start();
+  const host = await startProjectionHost({
+    config, events, reads, log,
+    sinks: { keys: (keyIds) => platformAuth?.forget(keyIds), ...memory.sinks },
+  });
+  projections = host;
 
   // last_used_at: at most one ApiKeyUsed event a minute per key, recorded off the request path.
   const lastRecorded = new Map<string, number>();
@@ -110,12 +102,12 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   return {
     platformUrl: urlOf(platformServer),
     memoryUrl: urlOf(memoryServer),
-    events, reads, bus, runners, waitFor,
+    events, reads, bus, projections: host, waitFor,
     async close() {
       if (closed) return;
       closed = true;
       await Promise.all([platformServer, memoryServer].map((s) => new Promise((r) => { s.closeAllConnections(); s.close(r); })));
-      for (const runner of runners.values()) await runner.stop();
+      await host.stop();
       await reads.close();
       await events.close();
     },

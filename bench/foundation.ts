@@ -120,14 +120,13 @@ async function projectionLag(dir: string, rate = 1000, seconds = 5) {
   const config = loadConfig({ DATA_DIR: join(dir, 'lag'), PORT: '0', MEMORY_PORT: '0', AUTH_JWT_SECRET: SECRET });
   const cairn = await startCairn({ config, log: createLogger('warn') });
   const auth = await bootstrap(`${cairn.platformUrl}/api/v1`);
-  const runner = cairn.runners.get('project-config')!;
   const lags: number[] = [];
   const waits: Promise<void>[] = [];
   const append = cairn.events.append.bind(cairn.events);
   cairn.events.append = async (...args) => {
     const result = await append(...args);
     const acked = performance.now();
-    waits.push(runner.waitFor(result.position, 10_000).then(() => { lags.push(performance.now() - acked); }));
+    waits.push(cairn.projections.waitFor('project-config', result.position, 10_000).then(() => { lags.push(performance.now() - acked); }));
     return result;
   };
   const client = jsonClient(`${cairn.platformUrl}/api/v1`, 64);

@@ -1,6 +1,6 @@
 /**
  * Where the time of a durable POST /v1/memories goes: the same memory routes and stores with no
- * projection runners, with only the platform runners, with only the memory runners (with and without
+ * projection runners (all in the HTTP thread, as with PROJECTIONS_THREAD=false), with only the platform runners, with only the memory runners (with and without
  * the vector projection), and with all of them (what the real app runs). 3 s per run, HTTP client in a
  * worker thread. Run: `npx tsx bench/memory-breakdown.ts` (all variants, one process each, ~40 s).
  */
@@ -17,7 +17,7 @@ import { createMemoryModule } from '../api/memory/module.js';
 import { loadConfig } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
 import { openStores } from '../infra/stores.js';
-import { platformProjections } from '../projections/index.js';
+import { allProjections, platformProjections } from '../projections/index.js';
 import { ProjectionRunner } from '../projections/runner.js';
 
 const VARIANTS = ['none', 'platform', 'novec', 'memory', 'full'];
@@ -37,7 +37,10 @@ const bus = new CommandBus(events);
 const runners = new Map<string, ProjectionRunner>();
 const waitFor = async (names: string[], p: number) => { await Promise.all(names.map((n) => runners.get(n)?.waitFor(p, 5000))); };
 const memory = await createMemoryModule({ bus, events, reads, config, log, waitFor });
-const projections = variant === 'none' ? [] : variant === 'platform' ? platformProjections : variant === 'memory' || variant === 'novec' ? memory.projections : [...platformProjections, ...memory.projections];
+const platformNames = platformProjections.map((p) => p.name);
+const projections = allProjections(config, memory.sinks).filter((p) => variant === 'full'
+  || (variant === 'platform' && platformNames.includes(p.name))
+  || ((variant === 'memory' || variant === 'novec') && !platformNames.includes(p.name)));
 for (const p of projections) runners.set(p.name, new ProjectionRunner(p, events, reads, log));
 for (const r of runners.values()) await r.start();
 const app = createMemoryApp(memory.routes, { authenticate: async () => ({ kind: 'owner' }), waitFor }, config, log);

@@ -246,7 +246,7 @@ for (const size of SIZES) {
   await cairn.waitFor(['memories', 'memory-vectors'], await cairn.events.headPosition());
   const projected = performance.now();
   // The second module's indexes load from the read models (what a restart does), timed too.
-  await Promise.all(memory.projections.map((p) => p.reset?.()));
+  await Promise.all([memory.sinks.memories.reset(), memory.sinks.vectors?.reset()]);
   const loaded = performance.now();
   seedTimes.push(`${size}: appended in ${ms(appended - t0)} ms, projected in ${ms(projected - appended)} ms, indexes loaded from the read models in ${ms(loaded - projected)} ms`);
 

@@ -17,6 +17,8 @@ export interface Config {
     audience?: string;
   };
   consistencyTimeoutMs: number;
+  /** PROJECTIONS_THREAD: projection runners in their own worker thread (default) or in the HTTP thread. */
+  projectionsThread: boolean;
   memory: {
     ownerToken?: string;
     allowedHosts?: string[];
@@ -106,6 +108,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       audience: optional(env.AUTH_AUDIENCE),
     },
     consistencyTimeoutMs: int('CONSISTENCY_TIMEOUT_MS', 5000, env),
+    projectionsThread: flag('PROJECTIONS_THREAD', true, env),
     memory: {
       ownerToken: optional(env.MEMORY_OWNER_TOKEN),
       allowedHosts: allowedHosts?.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean),
@@ -113,4 +116,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel: optional(env.LOG_LEVEL) ?? 'info',
     providers: loadProviders(env),
   };
+}
+
+function flag(name: string, fallback: boolean, env: NodeJS.ProcessEnv): boolean {
+  const value = optional(env[name])?.toLowerCase();
+  if (value === undefined) return fallback;
+  if (['true', '1', 'yes', 'on'].includes(value)) return true;
+  if (['false', '0', 'no', 'off'].includes(value)) return false;
+  throw new Error(`${name} must be true or false, got ${JSON.stringify(env[name])}`);
 }

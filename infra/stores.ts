@@ -5,21 +5,29 @@ import type { EventStore } from './eventstore/port.js';
 import { EmbeddedReadStore } from './readstore/embedded.js';
 import type { ReadStore } from './readstore/port.js';
 
-/** Picks the adapters: EventStoreDB / MongoDB when their URLs are set, the embedded files in DATA_DIR otherwise. */
-export async function openStores(config: Pick<Config, 'dataDir' | 'eventStoreUrl' | 'mongodbUrl' | 'mongodbDb'>): Promise<{ events: EventStore; reads: ReadStore }> {
+/**
+ * Picks the adapters: EventStoreDB / MongoDB when their URLs are set, the embedded files in DATA_DIR otherwise.
+ * `appends: false` for a process part that only reads the log (its embedded writer thread starts only if needed).
+ * `checkpointer: false` for a connection that does not write read models (the HTTP thread when the
+ * projections run in their own thread): the writing side's checkpointer thread keeps the WAL short.
+ */
+export async function openStores(
+  config: Pick<Config, 'dataDir' | 'eventStoreUrl' | 'mongodbUrl' | 'mongodbDb'>,
+  options: { checkpointer?: boolean; appends?: boolean } = {},
+): Promise<{ events: EventStore; reads: ReadStore }> {
   let events: EventStore;
   if (config.eventStoreUrl) {
     const { EsdbEventStore } = await import('./eventstore/esdb.js');
     events = new EsdbEventStore(config.eventStoreUrl);
   } else {
-    events = new EmbeddedEventStore(join(config.dataDir, 'events.db'));
+    events = new EmbeddedEventStore(join(config.dataDir, 'events.db'), { appends: options.appends ?? true });
   }
   let reads: ReadStore;
   if (config.mongodbUrl) {
     const { MongoReadStore } = await import('./readstore/mongo.js');
     reads = await MongoReadStore.connect(config.mongodbUrl, config.mongodbDb);
   } else {
-    reads = new EmbeddedReadStore(join(config.dataDir, 'readmodels.db'));
+    reads = new EmbeddedReadStore(join(config.dataDir, 'readmodels.db'), { checkpointer: options.checkpointer ?? true });
   }
   return { events, reads };
 }

@@ -237,6 +237,11 @@ export class ProjectionRunner {
     });
   }
 
+  /** Calls `listener` with each new applied position. */
+  onProgress(listener: (position: number) => void): void {
+    this.progress.on('position', listener);
+  }
+
   get lastError(): unknown { return this.failure; }
 
   async stop(): Promise<void> {

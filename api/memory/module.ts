@@ -7,10 +7,10 @@ import { createEmbedder } from '../../infra/providers/embeddings.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import { Bm25Index } from '../../infra/search/lexical.js';
 import { BruteForceVectorIndex } from '../../infra/search/vector.js';
-import { memoriesProjection } from '../../projections/memory/memories.js';
-import { personalityProjection } from '../../projections/memory/personality.js';
-import { vectorsProjection } from '../../projections/memory/vectors.js';
-import type { Projection } from '../../projections/projection.js';
+import type { RecordedEvent } from '../../infra/eventstore/port.js';
+import { memoriesIndexSync } from '../../projections/memory/memories.js';
+import type { IndexSync } from '../../projections/memory/sync.js';
+import { vectorsIndexSync, type Embedded } from '../../projections/memory/vectors.js';
 import type { RouteDef } from '../http/routes.js';
 import { Retrieval } from './retrieval.js';
 import { memoryRoutes } from './routes.js';
@@ -26,29 +26,30 @@ export interface MemoryModuleDeps {
 }
 
 export interface MemoryModule {
-  projections: Projection[];
+  /** The in-process indexes the memory projections feed (see ProjectionSinks). */
+  sinks: { memories: IndexSync<RecordedEvent[]>; vectors?: IndexSync<Embedded[]> };
   routes: RouteDef[];
   /** For benchmarks and tests: the same retrieval the routes use, without HTTP. */
   retrieval: Retrieval;
 }
 
-/** The memory service's read models (with their in-process BM25 and vector indexes) and routes. */
+/** The memory service's in-process BM25 and vector indexes (kept in step with their read models) and routes. */
 export async function createMemoryModule(deps: MemoryModuleDeps): Promise<MemoryModule> {
   const { config, reads, log } = deps;
   const { llm } = config.providers;
   const lexical = new Bm25Index();
-  const memories = memoriesProjection({ reads, lexical });
+  const memories = memoriesIndexSync(reads, lexical);
   const embedder = createEmbedder(config.providers);
   const vectorIndex = new BruteForceVectorIndex();
-  const vectors = embedder && vectorsProjection(embedder, { reads, vectors: vectorIndex });
-  if (vectors) {
-    const reset = vectors.reset!;
+  const vectors = embedder && vectorsIndexSync(reads, vectorIndex, embedder.model);
+  if (vectors && embedder) {
+    const reset = vectors.reset.bind(vectors);
     // After loading, say so when stored vectors were made by another model than the configured one.
     vectors.reset = async () => {
       await reset();
       for (const [model, count] of vectorIndex.models()) {
-        if (model !== vectors.model) {
-          log.warn({ model, count, configured: vectors.model }, 'vectors of another embedding model are left out of searches until `ops projections rebuild memory-vectors`');
+        if (model !== embedder.model) {
+          log.warn({ model, count, configured: embedder.model }, 'vectors of another embedding model are left out of searches until `ops projections rebuild memory-vectors`');
         }
       }
     };
@@ -57,15 +58,14 @@ export async function createMemoryModule(deps: MemoryModuleDeps): Promise<Memory
     reads,
     headPosition: () => deps.events.headPosition(),
     waitFor: deps.waitFor,
-    memories,
-    lexical,
-    semantic: vectors && embedder ? { embedder, projection: vectors, index: vectorIndex } : undefined,
+    lexical: { index: lexical, sync: memories },
+    semantic: vectors && embedder ? { embedder, index: vectorIndex, sync: vectors } : undefined,
   });
   const chat = llm.baseUrl
     ? new OpenAiChat({ baseUrl: llm.baseUrl, apiKey: llm.apiKey, timeoutMs: llm.timeoutMs, maxRetries: llm.maxRetries }, llm.chatModel)
     : undefined;
   return {
-    projections: [memories, personalityProjection, ...(vectors ? [vectors] : [])],
+    sinks: { memories, vectors },
     routes: memoryRoutes({ bus: deps.bus, reads, retrieval, chat, waitFor: deps.waitFor }),
     retrieval,
   };

@@ -4,9 +4,10 @@ import { reciprocalRankFusion } from '../../infra/search/fusion.js';
 import type { LexicalIndex } from '../../infra/search/lexical.js';
 import type { Hit } from '../../infra/search/topk.js';
 import type { VectorIndex } from '../../infra/search/vector.js';
-import { MEMORIES, MEMORIES_PROJECTION, memoryDocId, scopeKey, type MemoriesProjection, type MemoryDoc } from '../../projections/memory/memories.js';
+import { MEMORIES, MEMORIES_PROJECTION, memoryDocId, scopeKey, type MemoryDoc } from '../../projections/memory/memories.js';
 import { PERSONALITY, PERSONALITY_PROJECTION, type PersonalityDoc } from '../../projections/memory/personality.js';
-import { VECTORS_PROJECTION, type VectorsProjection } from '../../projections/memory/vectors.js';
+import type { IndexSync } from '../../projections/memory/sync.js';
+import { VECTORS_PROJECTION } from '../../projections/memory/vectors.js';
 import { ProblemError } from '../http/problem.js';
 import type { MemoryView, Scope, ScoredMemory } from './schemas.js';
 
@@ -19,10 +20,9 @@ export interface RetrievalDeps {
   reads: ReadStore;
   headPosition(): Promise<number>;
   waitFor(projections: string[], position: number): Promise<void>;
-  memories: MemoriesProjection;
-  lexical: LexicalIndex;
+  lexical: { index: LexicalIndex; sync: Pick<IndexSync<unknown>, 'ready'> };
   /** Absent when EMBEDDINGS_PROVIDER=none. */
-  semantic?: { embedder: Embedder; projection: VectorsProjection; index: VectorIndex };
+  semantic?: { embedder: Embedder; index: VectorIndex; sync: Pick<IndexSync<unknown>, 'ready'> };
 }
 
 export const toView = (doc: MemoryDoc): MemoryView => ({
@@ -80,13 +80,13 @@ export class Retrieval {
   }
 
   private async lexical(scope: string, query: string, limit: number): Promise<Hit[]> {
-    await this.deps.memories.sync?.ready();
-    return this.deps.lexical.search(scope, query, limit);
+    await this.deps.lexical.sync.ready();
+    return this.deps.lexical.index.search(scope, query, limit);
   }
 
   private async vector(scope: string, query: string, limit: number): Promise<Hit[]> {
     const semantic = this.deps.semantic!;
-    const [[embedding]] = await Promise.all([semantic.embedder.embed([query]), semantic.projection.sync?.ready()]);
+    const [[embedding]] = await Promise.all([semantic.embedder.embed([query]), semantic.sync.ready()]);
     return semantic.index.search(scope, semantic.embedder.model, embedding!, limit);
   }
 

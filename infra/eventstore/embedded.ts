@@ -2,9 +2,10 @@ import Database from 'better-sqlite3';
 import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
-import type { Worker } from 'node:worker_threads';
+import { BroadcastChannel, type Worker } from 'node:worker_threads';
 import { startWorker } from '../threads.js';
 import { openWritable, reviveError, type AppendOutcome, type AppendRequest } from './embedded-appender.js';
+import { appendChannelName } from './embedded-channel.js';
 import { matchesFilter } from './port.js';
 import type {
   AppendResult, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamInfo, SubscribeOptions, SubscriptionFilter,
@@ -51,7 +52,8 @@ export class EmbeddedEventStore implements EventStore {
   private nextBatchId = 1;
   private flushScheduled = false;
   private closed = false;
-  private readonly writer: Worker;
+  /** Started at once, or with the first append for a store opened with `appends: false`. */
+  private writerThread: Worker | undefined;
   /**
    * The newest events this process appended, with contiguous positions. Live subscribers (every
    * projection runner) read from here instead of re-reading and re-parsing the same rows from SQLite.
@@ -59,14 +61,19 @@ export class EmbeddedEventStore implements EventStore {
    */
   private tail: RecordedEvent[] = [];
   private readonly stmt;
+  /** Heads announced by this log's writer threads in this process (see listenForAnnouncements). */
+  private channel: BroadcastChannel | undefined;
 
-  constructor(readonly file: string) {
+  /** `appends: false`: the writer thread is started only if an append comes after all (the projection thread's store). */
+  constructor(readonly file: string, options: { appends?: boolean } = {}) {
     if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
     this.db = new Database(file);
     this.db.pragma('busy_timeout = 5000');
     // The writer thread's commits invalidate this connection's page cache; memory-mapped reads refill it cheaply.
     this.db.pragma('mmap_size = 1073741824');
     openWritable(this.db);
+    // A store that will append starts its writer thread now, not in the middle of the first request.
+    if (options.appends !== false) void this.writer;
     this.appended.setMaxListeners(0);
     this.stmt = {
       streamRow: this.db.prepare<[string], StreamRow>('SELECT * FROM streams WHERE name = ?'),
@@ -75,10 +82,19 @@ export class EmbeddedEventStore implements EventStore {
         `SELECT ${COLUMNS} FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?`).raw(),
       readAll: this.db.prepare<[number, number], EventRow>(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`).raw(),
     };
-    this.writer = startWorker(import.meta.url, './embedded-writer', { file });
-    this.writer.on('message', (message: { id: number; outcomes: AppendOutcome[]; head: number; recorded_at: string }) => this.settle(message));
-    this.writer.on('error', (error) => this.failAll(error));
-    this.writer.unref();
+  }
+
+  private get writer(): Worker {
+    if (this.writerThread) return this.writerThread;
+    const writer = startWorker(import.meta.url, './embedded-writer', { file: this.file });
+    writer.on('message', (message: { id: number; outcomes: AppendOutcome[]; head: number; recorded_at: string }) => this.settle(message));
+    writer.on('error', (error) => this.failAll(error));
+    writer.unref();
+    this.writerThread = writer;
+    // From now on this object's own appends feed its tail (see remember).
+    this.channel?.close();
+    this.channel = undefined;
+    return writer;
   }
 
   append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
@@ -114,7 +130,7 @@ export class EmbeddedEventStore implements EventStore {
     if (!batch) return;
     this.inFlight.delete(id);
     // The writer keeps the process alive only while a commit is outstanding.
-    if (this.inFlight.size === 0) this.writer.unref();
+    if (this.inFlight.size === 0) this.writerThread?.unref();
     batch.forEach((pending, i) => {
       const outcome = outcomes[i]!;
       if (!outcome.ok) {
@@ -208,9 +224,10 @@ export class EmbeddedEventStore implements EventStore {
     }
   }
 
-  /** Resolves when an append past `position` is committed here ('append'), or after a short poll for other processes ('poll'). */
+  /** Resolves when an append past `position` is in the tail ('append'), or after a short poll for other processes ('poll'). */
   private waitForAppend(position: number, signal?: AbortSignal): Promise<'append' | 'poll'> {
     if (signal?.aborted) return Promise.resolve('append');
+    this.listenForAnnouncements();
     return new Promise((resolve) => {
       const done = (reason: 'append' | 'poll') => {
         clearTimeout(timer);
@@ -224,6 +241,33 @@ export class EmbeddedEventStore implements EventStore {
       this.appended.on('appended', onAppend);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
+  }
+
+  /**
+   * A store object that never appended (the projection thread's) follows the heads that writer threads
+   * of this process announce: it reads the new rows once into its tail, where all its subscriptions
+   * find them, instead of each subscription querying the log after every commit.
+   */
+  private listenForAnnouncements(): void {
+    if (this.channel || this.writerThread || this.closed || this.file === ':memory:') return;
+    this.channel = new BroadcastChannel(appendChannelName(this.file));
+    this.channel.unref();
+    let known = this.stmt.head.get()?.p ?? 0;
+    this.channel.onmessage = (message) => {
+      const head = (message as { data: number }).data;
+      if (head <= known || this.closed || this.writerThread) return;
+      for (;;) {
+        const rows = this.stmt.readAll.all(known, 4096);
+        if (rows.length === 0) break;
+        const events = rows.map(toRecorded);
+        if (this.tail.length > 0 && this.tail[this.tail.length - 1]!.position !== events[0]!.position - 1) this.tail = [];
+        for (const e of events) this.tail.push(e);
+        known = events[events.length - 1]!.position;
+        if (rows.length < 4096) break;
+      }
+      if (this.tail.length > 2 * TAIL_SIZE) this.tail = this.tail.slice(-TAIL_SIZE);
+      this.appended.emit('appended', known);
+    };
   }
 
   async headPosition(): Promise<number> {
@@ -251,12 +295,16 @@ export class EmbeddedEventStore implements EventStore {
       await new Promise<void>((resolve) => this.appended.once('settled', () => resolve()));
     }
     this.appended.emit('appended', Number.MAX_SAFE_INTEGER);
-    await new Promise<void>((resolve) => {
-      this.writer.ref();
-      this.writer.once('message', () => resolve());
-      this.writer.postMessage({ close: true });
-    });
-    await this.writer.terminate();
+    const writer = this.writerThread;
+    if (writer) {
+      await new Promise<void>((resolve) => {
+        writer.ref();
+        writer.once('message', () => resolve());
+        writer.postMessage({ close: true });
+      });
+      await writer.terminate();
+    }
+    this.channel?.close();
     this.db.close();
   }
 }

@@ -47,7 +47,7 @@ export class EmbeddedReadStore implements ReadStore {
   private readonly liveTables = new Map<string, string>();
   private dataVersion = -1;
 
-  constructor(readonly file: string) {
+  constructor(readonly file: string, options: { checkpointer?: boolean } = {}) {
     if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
     this.db = new Database(file);
     this.db.pragma('busy_timeout = 5000');
@@ -57,7 +57,7 @@ export class EmbeddedReadStore implements ReadStore {
     // steady stream of commits such a checkpoint never quite catches up, and SQLite only reuses the WAL
     // from its start after a complete one; so this connection still checkpoints itself, rarely (every
     // 64 MiB of WAL), with little left to copy: the WAL stays bounded.
-    if (file !== ':memory:') {
+    if (file !== ':memory:' && options.checkpointer !== false) {
       this.db.pragma('wal_autocheckpoint = 16384');
       this.checkpointer = startWorker(import.meta.url, './checkpointer', { file, intervalMs: CHECKPOINT_INTERVAL_MS });
       this.checkpointer.unref();

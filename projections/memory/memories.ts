@@ -3,7 +3,7 @@ import type { RecordedEvent } from '../../infra/eventstore/port.js';
 import { findAll, type ProjectionWriter, type ReadStore } from '../../infra/readstore/port.js';
 import type { LexicalIndex } from '../../infra/search/lexical.js';
 import type { Projection } from '../projection.js';
-import { IndexSync } from './sync.js';
+import { IndexSync, type IndexSink } from './sync.js';
 
 export const MEMORIES_PROJECTION = 'memories';
 export const MEMORIES = 'memories';
@@ -43,14 +43,12 @@ export function allDocs<T extends { id: string; [field: string]: unknown }>(read
   return findAll<T>(reads, collection, {}, PAGE);
 }
 
-export interface MemoriesProjection extends Projection {
-  /** Present when the projection keeps the lexical index (the server; not the ops CLI). */
-  readonly sync?: IndexSync<RecordedEvent[]>;
-}
-
-/** The live memories of every scope; with `lexical`, also the BM25 index of each scope beside them. */
-export function memoriesProjection(index?: { reads: ReadStore; lexical: LexicalIndex }): MemoriesProjection {
-  const applyToIndex = (lexical: LexicalIndex) => (events: RecordedEvent[]) => {
+/** The BM25 index of every scope kept in step with the `memories` read model. */
+export function memoriesIndexSync(reads: ReadStore, lexical: LexicalIndex): IndexSync<RecordedEvent[]> {
+  return new IndexSync<RecordedEvent[]>(MEMORIES_PROJECTION, reads, async () => {
+    lexical.clear();
+    for await (const doc of allDocs<MemoryDoc>(reads, MEMORIES)) lexical.upsert(scopeKey(doc.agent, doc.user), doc.memory_id, doc.text);
+  }, (events) => {
     for (const event of events) {
       const e = event as unknown as Handled;
       const scope = scopeKey(e.data.agent, e.data.user);
@@ -58,17 +56,15 @@ export function memoriesProjection(index?: { reads: ReadStore; lexical: LexicalI
       else if (e.type === 'MemoryDeleted') lexical.remove(scope, e.data.memory_id);
       else if (e.type === 'ScopeDeleted') lexical.dropScope(scope);
     }
-  };
-  const sync = index && new IndexSync<RecordedEvent[]>(MEMORIES_PROJECTION, index.reads, async () => {
-    index.lexical.clear();
-    for await (const doc of allDocs<MemoryDoc>(index.reads, MEMORIES)) index.lexical.upsert(scopeKey(doc.agent, doc.user), doc.memory_id, doc.text);
-  }, applyToIndex(index.lexical));
+  });
+}
 
+/** The live memories of every scope; with a `sink`, committed batches also go to the BM25 index (see memoriesIndexSync). */
+export function memoriesProjection(sink?: IndexSink<RecordedEvent[]>): Projection {
   return {
     name: MEMORIES_PROJECTION,
     collections: [{ name: MEMORIES, indexes: [['agent', 'user', 'created_at']] }],
     canHandle: HANDLED,
-    sync,
     async apply(event, writer) {
       const e = event as unknown as Handled;
       const { agent, user } = e.data;
@@ -90,7 +86,7 @@ export function memoriesProjection(index?: { reads: ReadStore; lexical: LexicalI
           return;
       }
     },
-    afterCommit: sync && ((events, generation) => sync.afterCommit(events, generation)),
-    reset: sync && (() => sync.reset()),
+    afterCommit: sink && ((events, generation) => sink.afterCommit(events, generation)),
+    reset: sink && (() => sink.reset()),
   };
 }

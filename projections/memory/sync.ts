@@ -9,7 +9,14 @@ import type { ReadStore } from '../../infra/readstore/port.js';
  * longer the one it was loaded from (a rebuild in another process swapped it in while no event arrived).
  * Batches committed while a reload is running are replayed on top of it, in order.
  */
-export class IndexSync<Batch> {
+/** Where a projection hands what it committed for an in-process index: an IndexSync, or a message to the thread that has one. */
+export interface IndexSink<Batch> {
+  afterCommit(batch: Batch, generation: number): void;
+  /** The projection's documents were swapped or must be reloaded (start, rebuild). */
+  reset(): Promise<void>;
+}
+
+export class IndexSync<Batch> implements IndexSink<Batch> {
   private generation: number | undefined;
   private loading: Promise<void> | undefined;
   private buffered: Array<{ batch: Batch; generation: number }> | undefined;

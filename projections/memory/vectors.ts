@@ -5,7 +5,7 @@ import type { Embedder } from '../../infra/providers/embeddings.js';
 import type { VectorIndex } from '../../infra/search/vector.js';
 import type { Projection } from '../projection.js';
 import { allDocs, deleteScopeDocs, memoryDocId, scopeKey } from './memories.js';
-import { IndexSync } from './sync.js';
+import { IndexSync, type IndexSink } from './sync.js';
 
 export const VECTORS_PROJECTION = 'memory-vectors';
 export const VECTORS = 'memory_vectors';
@@ -56,45 +56,41 @@ export function decodeVector(text: string, dim: number): Float32Array {
 
 type Handled = MemoryStored | MemoryUpdated | MemoryDeleted | ScopeDeleted;
 /** A committed event with the embedding computed for it, if it carries a text. */
-type Embedded = { event: Handled; vector?: Float32Array };
+export type Embedded = { event: Handled; vector?: Float32Array };
 
-export interface VectorsProjection extends Projection {
-  readonly sync?: IndexSync<Embedded[]>;
-  readonly model: string;
+/** The vector index of every scope kept in step with the `memory-vectors` read model. */
+export function vectorsIndexSync(reads: ReadStore, vectors: VectorIndex, model: string): IndexSync<Embedded[]> {
+  return new IndexSync<Embedded[]>(VECTORS_PROJECTION, reads, async () => {
+    vectors.clear();
+    for await (const doc of allDocs<VectorDoc>(reads, VECTORS)) {
+      vectors.upsert(scopeKey(doc.agent, doc.user), doc.memory_id, doc.model, decodeVector(doc.vector, doc.dim));
+    }
+  }, (batch) => {
+    for (const { event: e, vector } of batch) {
+      const scope = scopeKey(e.data.agent, e.data.user);
+      if (e.type === 'MemoryStored' || e.type === 'MemoryUpdated') {
+        if (vector) vectors.upsert(scope, e.data.memory_id, model, vector);
+      } else if (e.type === 'MemoryDeleted') vectors.remove(scope, e.data.memory_id);
+      else if (e.type === 'ScopeDeleted') vectors.dropScope(scope);
+    }
+  });
 }
 
 /**
  * One embedding per live memory, with the model name and dimension. Embeddings are computed in
  * `prepare`, before the read store's transaction opens, so no provider call happens inside it; a failing
  * provider fails the batch and the runner retries it from its checkpoint. Rebuilding this projection
- * re-embeds every live memory from the log with the configured model.
+ * re-embeds every live memory from the log with the configured model. With a `sink`, committed batches
+ * (with their vectors) also go to the vector index (see vectorsIndexSync).
  */
-export function vectorsProjection(embedder: Embedder, index?: { reads: ReadStore; vectors: VectorIndex }): VectorsProjection {
+export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[]>): Projection {
   /** Event id → its text's embedding, from `prepare` until the batch has been committed. */
   const prepared = new Map<string, Float32Array>();
 
-  const applyToIndex = (vectors: VectorIndex) => (batch: Embedded[]) => {
-    for (const { event: e, vector } of batch) {
-      const scope = scopeKey(e.data.agent, e.data.user);
-      if (e.type === 'MemoryStored' || e.type === 'MemoryUpdated') {
-        if (vector) vectors.upsert(scope, e.data.memory_id, embedder.model, vector);
-      } else if (e.type === 'MemoryDeleted') vectors.remove(scope, e.data.memory_id);
-      else if (e.type === 'ScopeDeleted') vectors.dropScope(scope);
-    }
-  };
-  const sync = index && new IndexSync<Embedded[]>(VECTORS_PROJECTION, index.reads, async () => {
-    index.vectors.clear();
-    for await (const doc of allDocs<VectorDoc>(index.reads, VECTORS)) {
-      index.vectors.upsert(scopeKey(doc.agent, doc.user), doc.memory_id, doc.model, decodeVector(doc.vector, doc.dim));
-    }
-  }, applyToIndex(index.vectors));
-
   return {
     name: VECTORS_PROJECTION,
-    model: embedder.model,
     collections: [{ name: VECTORS, indexes: [['agent', 'user']] }],
     canHandle: ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'ScopeDeleted'],
-    sync,
     async prepare(events) {
       const toEmbed = events.filter((e) => e.type === 'MemoryStored' || e.type === 'MemoryUpdated') as unknown as Array<RecordedEvent & (MemoryStored | MemoryUpdated)>;
       if (toEmbed.length === 0) return;
@@ -130,8 +126,8 @@ export function vectorsProjection(embedder: Embedder, index?: { reads: ReadStore
     afterCommit(events, generation) {
       const batch = events.map((event) => ({ event: event as unknown as Handled, vector: prepared.get(event.id) }));
       for (const event of events) prepared.delete(event.id);
-      sync?.afterCommit(batch, generation);
+      sink?.afterCommit(batch, generation);
     },
-    reset: sync && (() => sync.reset()),
+    reset: sink && (() => sink.reset()),
   };
 }

@@ -5,9 +5,9 @@ import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { LocalHashEmbedder } from '../../infra/providers/embeddings.js';
 import { Bm25Index } from '../../infra/search/lexical.js';
 import { BruteForceVectorIndex } from '../../infra/search/vector.js';
-import { memoriesProjection } from '../../projections/memory/memories.js';
+import { memoriesIndexSync, memoriesProjection } from '../../projections/memory/memories.js';
 import { personalityProjection } from '../../projections/memory/personality.js';
-import { vectorsProjection } from '../../projections/memory/vectors.js';
+import { vectorsIndexSync, vectorsProjection } from '../../projections/memory/vectors.js';
 import type { Projection } from '../../projections/projection.js';
 
 const scope = { agent: 'a', user: 'u' };
@@ -44,9 +44,9 @@ async function docs(reads: EmbeddedReadStore, collection: string) {
 }
 
 for (const [name, make] of [
-  ['memories', (reads: EmbeddedReadStore) => memoriesProjection({ reads, lexical: new Bm25Index() })],
+  ['memories', (reads: EmbeddedReadStore) => memoriesProjection(memoriesIndexSync(reads, new Bm25Index()))],
   ['memory-personality', () => personalityProjection],
-  ['memory-vectors', (reads: EmbeddedReadStore) => vectorsProjection(new LocalHashEmbedder(), { reads, vectors: new BruteForceVectorIndex() })],
+  ['memory-vectors', (reads: EmbeddedReadStore) => vectorsProjection(new LocalHashEmbedder(), vectorsIndexSync(reads, new BruteForceVectorIndex(), new LocalHashEmbedder().model))],
 ] as const) {
   t.test(`${name}: feeding the events twice changes nothing`, async (t) => {
     const reads = new EmbeddedReadStore(':memory:');
@@ -75,7 +75,7 @@ t.test('memories: the in-process BM25 index follows commits and reloads from the
   const reads = new EmbeddedReadStore(':memory:');
   t.teardown(() => reads.close());
   const lexical = new Bm25Index();
-  const projection = memoriesProjection({ reads, lexical });
+  const projection = memoriesProjection(memoriesIndexSync(reads, lexical));
   await reads.register(projection.name, projection.collections);
   await projection.reset!();
   await feed(reads, projection, recorded.slice(0, 5), 0);

@@ -1,0 +1,62 @@
+/**
+ * The projection thread (see host.ts): every projection runner of the server, on this thread's own
+ * event-store and read-store connections. It reports to the HTTP thread, once per turn of its event
+ * loop, the sink notes of the batches committed (in commit order) and then the positions reached.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import type { Config } from '../infra/config.js';
+import { createLogger } from '../infra/logger.js';
+import { openStores } from '../infra/stores.js';
+import type { HostReport, SinkNote } from './host.js';
+import { allProjections } from './index.js';
+import type { IndexSink } from './memory/sync.js';
+import { ProjectionRunner } from './runner.js';
+
+const { config, logLevel, vectors } = workerData as { config: Config; logLevel: string; vectors: boolean };
+const log = createLogger(logLevel).child({ thread: 'projections' });
+const port = parentPort!;
+
+let pending: Required<Pick<HostReport, 'notes' | 'positions'>> | undefined;
+const report = (): Required<Pick<HostReport, 'notes' | 'positions'>> => {
+  if (!pending) {
+    pending = { notes: [], positions: {} };
+    setImmediate(() => {
+      if (!pending) return;
+      const message = pending;
+      pending = undefined;
+      port.postMessage(message satisfies HostReport);
+    });
+  }
+  return pending;
+};
+const note = (n: SinkNote) => { report().notes.push(n); };
+const remote = <Batch>(sink: 'memories' | 'vectors'): IndexSink<Batch[]> => ({
+  afterCommit: (batch, generation) => note({ sink, batch, generation }),
+  reset: async () => note({ sink, reset: true }),
+});
+
+const { events, reads } = await openStores(config, { checkpointer: true, appends: false });
+const projections = allProjections(config, {
+  keys: (batch) => note({ sink: 'keys', batch }),
+  memories: remote('memories'),
+  vectors: vectors ? remote('vectors') : undefined,
+});
+const runners = projections.map((p) => new ProjectionRunner(p, events, reads, log));
+for (const runner of runners) {
+  await runner.start();
+  runner.onProgress((position) => { report().positions[runner.name] = position; });
+}
+port.postMessage({
+  ready: true,
+  notes: pending?.notes ?? [],
+  positions: Object.fromEntries(runners.map((r) => [r.name, r.currentPosition])),
+} satisfies HostReport);
+pending = undefined;
+
+port.on('message', async (message: unknown) => {
+  if (message !== 'stop') return;
+  for (const runner of runners) await runner.stop();
+  await reads.close();
+  await events.close();
+  port.postMessage({ stopped: true } satisfies HostReport);
+});

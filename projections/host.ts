@@ -1,0 +1,182 @@
+import { EventEmitter } from 'node:events';
+import type { Worker } from 'node:worker_threads';
+import type { Config } from '../infra/config.js';
+import type { EventStore } from '../infra/eventstore/port.js';
+import type { Logger } from '../infra/logger.js';
+import type { ReadStore } from '../infra/readstore/port.js';
+import { startWorker } from '../infra/threads.js';
+import { allProjections, type ProjectionSinks } from './index.js';
+import { ConsistencyTimeoutError, ProjectionRunner } from './runner.js';
+
+/**
+ * Where the server's projection runners live. `inline`: in the HTTP thread (simple, and what a
+ * debugger sees). `thread` (default): in a worker thread with its own store connections, so applying
+ * events and committing read models does not take the HTTP thread's time; the thread reports positions
+ * and committed batches (for the in-process indexes and the key cache) back here, in order.
+ */
+export interface ProjectionHost {
+  readonly mode: 'inline' | 'thread';
+  readonly names: readonly string[];
+  /** Applied position of a projection, as this thread knows it. */
+  position(name: string): number;
+  /** Resolves once `name` has applied everything up to `position`; ConsistencyTimeoutError after `timeoutMs`. */
+  waitFor(name: string, position: number, timeoutMs: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface HostOptions {
+  config: Config;
+  events: EventStore;
+  reads: ReadStore;
+  sinks: Required<Pick<ProjectionSinks, 'keys' | 'memories'>> & Pick<ProjectionSinks, 'vectors'>;
+  log: Logger;
+}
+
+export async function startProjectionHost(options: HostOptions): Promise<ProjectionHost> {
+  return options.config.projectionsThread ? ThreadHost.start(options) : InlineHost.start(options);
+}
+
+class InlineHost implements ProjectionHost {
+  readonly mode = 'inline' as const;
+  private constructor(private readonly runners: Map<string, ProjectionRunner>) {}
+
+  static async start({ config, events, reads, sinks, log }: HostOptions): Promise<InlineHost> {
+    const runners = new Map(allProjections(config, sinks).map((p) => [p.name, new ProjectionRunner(p, events, reads, log)]));
+    for (const runner of runners.values()) await runner.start();
+    return new InlineHost(runners);
+  }
+
+  get names(): string[] { return [...this.runners.keys()]; }
+  position(name: string): number { return this.runner(name).currentPosition; }
+  waitFor(name: string, position: number, timeoutMs: number): Promise<void> { return this.runner(name).waitFor(position, timeoutMs); }
+
+  private runner(name: string): ProjectionRunner {
+    const runner = this.runners.get(name);
+    if (!runner) throw new Error(`unknown projection ${name}`);
+    return runner;
+  }
+
+  async stop(): Promise<void> {
+    for (const runner of this.runners.values()) await runner.stop();
+  }
+}
+
+/** What the projection thread sends: sink notes first, then positions, applied in that order. */
+export interface HostReport {
+  ready?: true;
+  stopped?: true;
+  notes?: SinkNote[];
+  positions?: Record<string, number>;
+}
+export type SinkNote =
+  | { sink: 'keys'; batch: string[] }
+  | { sink: 'memories' | 'vectors'; batch: unknown[]; generation: number }
+  | { sink: 'memories' | 'vectors'; reset: true };
+
+/** How long after an unexpected exit of the projection thread a new one is started. */
+const RESTART_DELAY_MS = 1000;
+
+class ThreadHost implements ProjectionHost {
+  readonly mode = 'thread' as const;
+  private readonly positions = new Map<string, number>();
+  private readonly progress = new EventEmitter();
+  private worker: Worker | undefined;
+  private stopping = false;
+
+  private constructor(private readonly options: HostOptions, readonly names: readonly string[]) {
+    this.progress.setMaxListeners(0);
+  }
+
+  static async start(options: HostOptions): Promise<ThreadHost> {
+    const names = allProjections(options.config).map((p) => p.name);
+    const host = new ThreadHost(options, names);
+    await host.launch();
+    return host;
+  }
+
+  private launch(): Promise<void> {
+    const { config, sinks, log } = this.options;
+    const worker = startWorker(import.meta.url, './host-thread', { config, logLevel: log.level, vectors: sinks.vectors !== undefined });
+    this.worker = worker;
+    return new Promise((resolve, reject) => {
+      let ready = false;
+      worker.on('message', (report: HostReport) => {
+        this.receive(report);
+        if (report.ready && !ready) {
+          ready = true;
+          resolve();
+        }
+      });
+      worker.on('error', (error) => {
+        log.error({ err: error }, 'projection thread failed');
+        if (!ready) reject(error);
+      });
+      worker.on('exit', (code) => {
+        if (this.worker !== worker || this.stopping) return;
+        this.worker = undefined;
+        if (!ready) return;
+        log.error({ code }, `projection thread exited; starting a new one in ${RESTART_DELAY_MS} ms`);
+        setTimeout(() => {
+          if (!this.stopping) this.launch().catch((error) => log.error({ err: error }, 'could not restart the projection thread'));
+        }, RESTART_DELAY_MS).unref();
+      });
+    });
+  }
+
+  private receive(report: HostReport): void {
+    const { sinks, log } = this.options;
+    for (const note of report.notes ?? []) {
+      if (note.sink === 'keys') {
+        sinks.keys(note.batch);
+        continue;
+      }
+      const sink = note.sink === 'memories' ? sinks.memories : sinks.vectors;
+      if (!sink) continue;
+      if ('reset' in note) sink.reset().catch((error) => log.error({ err: error, sink: note.sink }, 'could not reload an in-process index'));
+      else (sink.afterCommit as (batch: unknown[], generation: number) => void)(note.batch, note.generation);
+    }
+    for (const [name, position] of Object.entries(report.positions ?? {})) {
+      if (position <= (this.positions.get(name) ?? -1)) continue;
+      this.positions.set(name, position);
+      this.progress.emit(name, position);
+    }
+  }
+
+  position(name: string): number {
+    if (!this.names.includes(name)) throw new Error(`unknown projection ${name}`);
+    return this.positions.get(name) ?? 0;
+  }
+
+  waitFor(name: string, position: number, timeoutMs: number): Promise<void> {
+    if (this.position(name) >= position) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const onProgress = (p: number) => {
+        if (p < position) return;
+        cleanup();
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new ConsistencyTimeoutError(name, position, this.position(name)));
+      }, timeoutMs);
+      const cleanup = () => {
+        clearTimeout(timer);
+        this.progress.off(name, onProgress);
+      };
+      this.progress.on(name, onProgress);
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    const worker = this.worker;
+    if (!worker) return;
+    await new Promise<void>((resolve) => {
+      worker.on('message', (report: HostReport) => { if (report.stopped) resolve(); });
+      worker.once('exit', () => resolve());
+      worker.postMessage('stop');
+    });
+    await worker.terminate();
+    this.worker = undefined;
+  }
+}
