@@ -5,25 +5,63 @@
  * (the projection thread's subscriptions) on a BroadcastChannel, so they need not poll.
  */
 import Database from 'better-sqlite3';
-import { BroadcastChannel, parentPort, workerData } from 'node:worker_threads';
+import { BroadcastChannel, parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import { Appender, openWritable, type AppendRequest } from './embedded-appender.js';
+import { startWorker } from '../threads.js';
 import { appendChannelName } from './embedded-channel.js';
+
+/** How often the checkpointer thread moves the log's WAL into the database file. */
+const CHECKPOINT_INTERVAL_MS = 100;
 
 const { file } = workerData as { file: string };
 const db = new Database(file);
 openWritable(db);
+// Checkpoints (copying the WAL into the database, with an fsync) run on their own thread, not inside this
+// thread's commits; a rare one here (every 64 MiB of WAL) keeps the WAL bounded under steady writes.
+db.pragma('wal_autocheckpoint = 16384');
+const checkpointer = file === ':memory:' ? undefined : startWorker(import.meta.url, '../checkpointer', { file, intervalMs: CHECKPOINT_INTERVAL_MS });
+checkpointer?.unref();
 const appender = new Appender(db);
 const channel = new BroadcastChannel(appendChannelName(file));
 channel.unref();
 
-parentPort!.on('message', (message: { id: number; batch: AppendRequest[] } | { close: true }) => {
-  if ('close' in message) {
-    db.close();
-    channel.close();
-    parentPort!.postMessage({ closed: true });
-    return;
+type Message = { id: number; batch: AppendRequest[] } | { close: true };
+const port = parentPort!;
+
+/**
+ * Group commit: the batches that queued up while the previous transaction was being made durable are
+ * committed together, in arrival order, in one transaction (one fsync); each batch gets its own reply.
+ */
+port.on('message', (first: Message) => {
+  const batches: Array<{ id: number; batch: AppendRequest[] }> = [];
+  let close = false;
+  for (let message: Message | undefined = first; message; message = receiveMessageOnPort(port)?.message as Message | undefined) {
+    if ('close' in message) {
+      close = true;
+      break;
+    }
+    batches.push(message);
   }
-  const result = appender.commit(message.batch);
-  parentPort!.postMessage({ id: message.id, ...result });
-  if (result.head > 0) channel.postMessage(result.head);
+  if (batches.length > 0) {
+    const requests = batches.length === 1 ? batches[0]!.batch : batches.flatMap((b) => b.batch);
+    const result = appender.commit(requests);
+    let at = 0;
+    for (const { id, batch } of batches) {
+      port.postMessage({ id, outcomes: result.outcomes.slice(at, at + batch.length), head: result.head, recorded_at: result.recorded_at });
+      at += batch.length;
+    }
+    if (result.head > 0) channel.postMessage(result.head);
+  }
+  if (close) void shutdown();
 });
+
+async function shutdown(): Promise<void> {
+  if (checkpointer) {
+    checkpointer.ref();
+    await new Promise((resolve) => { checkpointer.once('message', resolve); checkpointer.postMessage('close'); });
+    await checkpointer.terminate();
+  }
+  db.close();
+  channel.close();
+  port.postMessage({ closed: true });
+}

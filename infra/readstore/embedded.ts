@@ -59,7 +59,7 @@ export class EmbeddedReadStore implements ReadStore {
     // 64 MiB of WAL), with little left to copy: the WAL stays bounded.
     if (file !== ':memory:' && options.checkpointer !== false) {
       this.db.pragma('wal_autocheckpoint = 16384');
-      this.checkpointer = startWorker(import.meta.url, './checkpointer', { file, intervalMs: CHECKPOINT_INTERVAL_MS });
+      this.checkpointer = startWorker(import.meta.url, '../checkpointer', { file, intervalMs: CHECKPOINT_INTERVAL_MS });
       this.checkpointer.unref();
     }
     this.db.exec(SCHEMA);

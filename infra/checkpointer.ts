@@ -1,7 +1,7 @@
 /**
- * Worker thread that checkpoints the read-model file's WAL into the database. A checkpoint fsyncs, so
- * doing it here keeps that wait off the thread that serves HTTP and applies projections (whose own
- * connection has automatic checkpoints turned off). PASSIVE never blocks that connection.
+ * Worker thread that checkpoints a SQLite file's WAL into the database (the event log, the read models).
+ * A checkpoint copies pages and fsyncs, so doing it here keeps that work out of the commits of the
+ * writing connection (whose automatic checkpoints are set to run only rarely). PASSIVE never blocks it.
  */
 import Database from 'better-sqlite3';
 import { parentPort, workerData } from 'node:worker_threads';
