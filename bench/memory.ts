@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { hasWrk, percentile, wrk } from './lib.js';
-import { v4 as uuid } from 'uuid';
+import { randomUUID as uuid } from 'node:crypto';
 import { startCairn } from '../api/app.js';
 import { createMemoryModule } from '../api/memory/module.js';
 import type { SearchMode } from '../api/memory/retrieval.js';

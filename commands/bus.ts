@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { v5 as uuidv5 } from 'uuid';
+import { uuidV5 as uuidv5 } from '../infra/ids.js';
 import { WrongExpectedVersionError } from '../infra/eventstore/errors.js';
 import type { EventMetadata, EventStore, NewEvent } from '../infra/eventstore/port.js';
 import type { CommandContext, Decider, DomainEvent } from '../domain/shared/decider.js';

@@ -20,11 +20,15 @@ function base62(bytes: Buffer, length: number): string {
   return out;
 }
 
+/** Base62 of the CRC32, zero-padded (the same digits as base62() of its 4 bytes; numbers, not BigInt: this runs per request). */
 function checksum(body: string): string {
-  const value = crc32(body) >>> 0;
-  const buffer = Buffer.alloc(4);
-  buffer.writeUInt32BE(value);
-  return base62(buffer, CHECKSUM_LENGTH);
+  let n = crc32(body) >>> 0;
+  let out = '';
+  while (out.length < CHECKSUM_LENGTH) {
+    out = ALPHABET[n % 62] + out;
+    n = Math.floor(n / 62);
+  }
+  return out;
 }
 
 export function generateApiKey(): { key: string; prefix: string; hash: string } {

@@ -1,6 +1,6 @@
 import Type from 'typebox';
 import { createHash } from 'node:crypto';
-import { v5 as uuidv5 } from 'uuid';
+import { uuidV5 as uuidv5 } from '../../../infra/ids.js';
 import { DomainError } from '../../../domain/shared/decider.js';
 import {
   agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, type AgentProfile,

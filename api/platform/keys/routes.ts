@@ -1,5 +1,5 @@
 import Type from 'typebox';
-import { v5 as uuidv5 } from 'uuid';
+import { uuidV5 as uuidv5 } from '../../../infra/ids.js';
 import { randomUUID } from 'node:crypto';
 import { apiKeyDecider, apiKeyStream } from '../../../domain/apikeys/decider.js';
 import { findAll } from '../../../infra/readstore/port.js';

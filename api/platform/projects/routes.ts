@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { v5 as uuidv5 } from 'uuid';
+import { uuidV5 as uuidv5 } from '../../../infra/ids.js';
 import { projectDecider, projectStream } from '../../../domain/projects/decider.js';
 import { findAll } from '../../../infra/readstore/port.js';
 import type { ProjectDoc } from '../../../projections/projects/projection.js';
