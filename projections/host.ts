@@ -17,6 +17,8 @@ import { ConsistencyTimeoutError, ProjectionRunner } from './runner.js';
 export interface ProjectionHost {
   readonly mode: 'inline' | 'thread';
   readonly names: readonly string[];
+  /** The projection thread, in `thread` mode (diagnostics, and the restart test). */
+  readonly thread?: Worker;
   /** Applied position of a projection, as this thread knows it. */
   position(name: string): number;
   /** Resolves once `name` has applied everything up to `position`; ConsistencyTimeoutError after `timeoutMs`. */
@@ -141,6 +143,8 @@ class ThreadHost implements ProjectionHost {
       this.progress.emit(name, position);
     }
   }
+
+  get thread(): Worker | undefined { return this.worker; }
 
   position(name: string): number {
     if (!this.names.includes(name)) throw new Error(`unknown projection ${name}`);

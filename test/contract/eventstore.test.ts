@@ -389,6 +389,44 @@ t.test('embedded', async (t) => {
   await eventStoreContract(t, async () => ({ store: new EmbeddedEventStore(file), fresh: true, file }));
 });
 
+t.test('embedded: a read-only store object in the same process (the projection thread) follows every commit', async (t) => {
+  const file = join(tempDir(t), 'events.db');
+  const writer = new EmbeddedEventStore(file);
+  const reader = new EmbeddedEventStore(file, { appends: false });
+  t.teardown(async () => { await writer.close(); await reader.close(); });
+  const subscription = new AbortController();
+  const seen: RecordedEvent[] = [];
+  const following = (async () => {
+    for await (const e of reader.subscribeToAll(0, { signal: subscription.signal })) {
+      seen.push(e);
+      if (seen.length === 600) return;
+    }
+  })();
+  // 600 events from 12 concurrent writers over 30 streams: many group commits, each announced.
+  const revisions = new Map<string, number>();
+  await Promise.all(Array.from({ length: 12 }, async (_, w) => {
+    for (let i = 0; i < 50; i++) {
+      const stream = `follow-${(w * 50 + i) % 30}`;
+      for (;;) {
+        const expected = revisions.get(stream) ?? -1;
+        try {
+          const r = await writer.append(stream, [newEvent('Followed', { w, i })], expected < 0 ? 'no_stream' : expected);
+          revisions.set(stream, r.revision);
+          break;
+        } catch (error) {
+          if (!(error instanceof WrongExpectedVersionError)) throw error;
+          revisions.set(stream, (await writer.streamInfo(stream))?.revision ?? -1);
+        }
+      }
+    }
+  }));
+  await following;
+  subscription.abort();
+  t.equal(seen.length, 600);
+  t.same(seen.map((e) => e.position), Array.from({ length: 600 }, (_, i) => i + 1), 'every event once, in log order');
+  t.same(seen, await writer.readAll(0, { limit: 1000 }), 'the same events as the log');
+});
+
 const eventStoreUrl = process.env.EVENTSTORE_URL;
 if (eventStoreUrl) {
   t.test('esdb', async (t) => {

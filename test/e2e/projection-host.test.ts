@@ -1,0 +1,64 @@
+import t, { type Test } from 'tap';
+import { bearer, projectWithKey, startTestCairn, type TestCairn } from '../support/cairn.js';
+
+/** What every read path needs from the projections, in either place they can run. */
+async function exercise(t: Test, app: TestCairn) {
+  const { projectId, key, keyId, session } = await projectWithKey(app);
+  const auth = bearer(key);
+  const put = await app.platform(`/projects/${projectId}/config/theme`, { method: 'PUT', headers: auth, json: 'dark' });
+  t.equal(put.status, 200);
+  const got = await app.platform(`/projects/${projectId}/config/theme`, { headers: { ...auth, 'X-Min-Position': put.headers.get('x-event-position')! } });
+  t.same(await got.json(), 'dark', 'read-your-writes through the read model');
+
+  const scope = { agent: 'a', user: 'u' };
+  for (const text of ['I take my coffee black', 'hiking in the alps every summer']) {
+    t.equal((await app.memory('/v1/memories', { method: 'POST', json: { scope, text } })).status, 200);
+  }
+  for (const mode of ['lexical', 'semantic', 'hybrid']) {
+    const res = await app.memory('/v1/search', { method: 'POST', json: { scope, query: 'coffee', mode, limit: 1 } });
+    t.equal((await res.json()).results[0]?.text, 'I take my coffee black', `${mode}: the index beside the read model has the new memory`);
+  }
+
+  // The key cache follows the api-keys projection: a revoked key is refused on the very next request.
+  t.equal((await app.platform(`/projects/${projectId}/config`, { headers: auth })).status, 200);
+  const revoked = await app.platform(`/projects/${projectId}/keys/${keyId}`, { method: 'DELETE', headers: bearer(session) });
+  t.equal(revoked.status, 200);
+  t.equal((await app.platform(`/projects/${projectId}/config`, { headers: auth })).status, 401);
+}
+
+t.test('projections in their own thread (the default)', async (t) => {
+  const app = await startTestCairn();
+  t.teardown(() => app.stop());
+  t.equal(app.projections.mode, 'thread');
+  t.ok(app.projections.thread, 'a worker thread runs them');
+  await exercise(t, app);
+});
+
+t.test('projections in the HTTP thread (PROJECTIONS_THREAD=false)', async (t) => {
+  const app = await startTestCairn({ PROJECTIONS_THREAD: 'false' });
+  t.teardown(() => app.stop());
+  t.equal(app.projections.mode, 'inline');
+  t.equal(app.projections.thread, undefined);
+  await exercise(t, app);
+});
+
+t.test('a projection thread that dies is replaced, and the read models carry on from their checkpoints', async (t) => {
+  const app = await startTestCairn();
+  t.teardown(() => app.stop());
+  const { projectId, key } = await projectWithKey(app);
+  const auth = bearer(key);
+  const first = app.projections.thread!;
+  await first.terminate();
+  // Written while no projection thread runs: the next one picks it up from the log.
+  const put = await app.platform(`/projects/${projectId}/config/after`, { method: 'PUT', headers: auth, json: 1 });
+  t.equal(put.status, 200);
+  const got = await app.platform(`/projects/${projectId}/config/after`, { headers: { ...auth, 'X-Min-Position': put.headers.get('x-event-position')! } });
+  t.equal(got.status, 200, 'answered once the new thread caught up (within CONSISTENCY_TIMEOUT_MS)');
+  t.same(await got.json(), 1);
+  t.not(app.projections.thread, first, 'a new thread');
+  t.ok(app.projections.thread);
+});
+
+t.test('PROJECTIONS_THREAD takes only true or false', async (t) => {
+  await t.rejects(startTestCairn({ PROJECTIONS_THREAD: 'maybe' }), /PROJECTIONS_THREAD must be true or false/);
+});
