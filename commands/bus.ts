@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { uuidV5 as uuidv5 } from '../infra/ids.js';
 import { WrongExpectedVersionError } from '../infra/eventstore/errors.js';
-import type { EventMetadata, EventStore, NewEvent } from '../infra/eventstore/port.js';
+import type { EventMetadata, EventStore, ExpectedRevision, NewEvent } from '../infra/eventstore/port.js';
 import type { CommandContext, Decider, DomainEvent } from '../domain/shared/decider.js';
 
 const EVENT_ID_NAMESPACE = '6f1c7a8e-3d1f-4b59-9a43-2b8f1c0e5d77';
@@ -18,6 +18,13 @@ export interface RequestMeta {
   request_key: string;
   /** Counts commands within one request, so event ids stay unique and deterministic. */
   sequence: { next: number };
+}
+
+/** One command of CommandBus.handleAll. */
+export interface Step<State, Command, Event extends DomainEvent> {
+  stream: string;
+  decider: Decider<State, Command, Event>;
+  command: Command;
 }
 
 export interface CommandResult<State, Event> {
@@ -73,6 +80,17 @@ export class CommandBus {
   private async decideAndEnqueue<State, Command, Event extends DomainEvent>(
     stream: string, decider: Decider<State, Command, Event>, command: Command, meta: RequestMeta, sequence: number,
   ) {
+    const decided = await this.decideOn(stream, decider, command, meta, sequence);
+    if (!decided.newEvents) return { result: decided.result, append: undefined, entry: decided.entry };
+    const append = this.store.append(stream, decided.newEvents, decided.expected);
+    const next = this.pending(stream, decided, append.then((r) => r.position));
+    return { result: { ...decided.result, revision: next.revision }, append, entry: next };
+  }
+
+  /** Decides a command on the stream's (cached) state; the events to append, if any, with their ids and metadata. */
+  private async decideOn<State, Command, Event extends DomainEvent>(
+    stream: string, decider: Decider<State, Command, Event>, command: Command, meta: RequestMeta, sequence: number,
+  ) {
     const entry = (this.cache.get(stream) as CacheEntry<State> | undefined) ?? (await this.load(stream, decider));
     const now = this.clock().toISOString();
     const requestHash = createHash('sha256').update(JSON.stringify(command)).digest('hex');
@@ -81,7 +99,7 @@ export class CommandBus {
     };
     const events = decider.decide(command, entry.state, context);
     if (events.length === 0) {
-      return { result: { events, state: entry.state, revision: entry.revision }, append: undefined, entry };
+      return { result: { events, state: entry.state, revision: entry.revision }, entry, newEvents: undefined, expected: entry.revision as ExpectedRevision };
     }
     const metadata: EventMetadata = {
       correlation_id: meta.correlation_id,
@@ -97,12 +115,52 @@ export class CommandBus {
       metadata,
     }));
     const state = events.reduce((s, e) => decider.evolve(s, e), entry.state);
-    const append = this.store.append(stream, newEvents, entry.revision < 0 ? 'no_stream' : entry.revision);
-    const position = append.then((r) => r.position);
+    const expected: ExpectedRevision = entry.revision < 0 ? 'no_stream' : entry.revision;
+    return { result: { events, state, revision: entry.revision + events.length }, entry, newEvents, expected };
+  }
+
+  /** Caches the state after an append that is on its way, so the next command on the stream is decided on it. */
+  private pending<State>(stream: string, decided: { result: { state: State; revision: number } }, position: Promise<number>): CacheEntry<State> {
     position.catch(() => undefined);
-    const next: CacheEntry<State> = { state, revision: entry.revision + events.length, position };
+    const next: CacheEntry<State> = { state: decided.result.state, revision: decided.result.revision, position };
     this.remember(stream, next);
-    return { result: { events, state, revision: next.revision }, append, entry: next };
+    return next;
+  }
+
+  /**
+   * Several commands on different streams whose events commit together: all or none where the store
+   * supports it (embedded), else in order (see EventStore.appendAll). Each command is decided on its
+   * stream's state as above; a conflict on any stream decides them all again (bounded). A decision that
+   * throws (a DomainError) appends nothing.
+   */
+  async handleAll(steps: Array<Step<any, any, any>>, meta: RequestMeta): Promise<Array<CommandResult<unknown, DomainEvent>>> {
+    const sequences = steps.map(() => meta.sequence.next++);
+    const streams = steps.map((s) => s.stream);
+    if (new Set(streams).size !== streams.length) throw new Error('handleAll: one command per stream');
+    for (let attempt = 1; ; attempt++) {
+      const decided = await this.withStreamLocks([...streams].sort(), async () => {
+        const each = [];
+        for (const [i, step] of steps.entries()) each.push(await this.decideOn(step.stream, step.decider, step.command, meta, sequences[i]!));
+        const writing = each.flatMap((d, i) => (d.newEvents ? [{ i, stream: streams[i]!, events: d.newEvents, expected: d.expected }] : []));
+        const append = writing.length > 0 ? this.store.appendAll(writing.map(({ stream, events, expected }) => ({ stream, events, expected }))) : undefined;
+        const entries = each.map((d, i) => {
+          const k = writing.findIndex((w) => w.i === i);
+          return k < 0 || !append ? d.entry : this.pending(streams[i]!, d, append.then((r) => r[k]!.position));
+        });
+        return { each, entries, append, writing };
+      });
+      try {
+        const appended = decided.append ? await decided.append : [];
+        return await Promise.all(decided.each.map(async (d, i) => {
+          const k = decided.writing.findIndex((w) => w.i === i);
+          if (k >= 0) return { ...d.result, position: appended[k]!.position, revision: appended[k]!.revision };
+          return { ...d.result, position: await decided.entries[i]!.position };
+        }));
+      } catch (error) {
+        streams.forEach((stream, i) => { if (this.cache.get(stream) === decided.entries[i]) this.cache.delete(stream); });
+        if (!(error instanceof WrongExpectedVersionError) || attempt >= MAX_ATTEMPTS) throw error;
+      }
+    }
   }
 
   private async load<State, Event extends DomainEvent>(stream: string, decider: Decider<State, unknown, Event>): Promise<CacheEntry<State>> {
@@ -126,6 +184,12 @@ export class CommandBus {
     this.cache.delete(stream);
     this.cache.set(stream, entry);
     if (this.cache.size > CACHE_LIMIT) this.cache.delete(this.cache.keys().next().value!);
+  }
+
+  /** withStreamLock over several streams, taken in the given (sorted) order so two callers never wait on each other. */
+  private withStreamLocks<T>(streams: string[], fn: () => Promise<T>): Promise<T> {
+    const [first, ...rest] = streams;
+    return first === undefined ? fn() : this.withStreamLock(first, () => this.withStreamLocks(rest, fn));
   }
 
   /** Commands on one stream are decided in arrival order; the lock is held until the append is queued, not committed. */

@@ -30,12 +30,14 @@ export interface AppendRequest {
   stream: string;
   events: NewEvent[];
   expected: ExpectedRevision;
+  /** Further appends to other streams that commit with this one or not at all (EventStore.appendAll). */
+  with?: Array<Omit<AppendRequest, 'with'>>;
 }
 
 /** An outcome that crosses the worker boundary: errors travel as plain data and are rebuilt on the other side. */
 export type AppendOutcome =
   /** `written`: false when the append was an idempotent replay of events already in the log. */
-  | { ok: true; result: AppendResult; written: boolean }
+  | { ok: true; result: AppendResult; written: boolean; also?: Array<{ result: AppendResult; written: boolean }> }
   | { ok: false; error: { name: string; message: string; stream?: string; expected?: ExpectedRevision; actual?: number | 'no_stream'; eventId?: string } };
 
 export function reviveError(error: Extract<AppendOutcome, { ok: false }>['error']): Error {
@@ -90,10 +92,25 @@ export class Appender {
         head = this.stmt.head.get()?.p ?? 0;
         for (const request of batch) {
           try {
-            const before = head;
-            const result = this.applyOne(request, head, now);
-            head = Math.max(head, result.position);
-            outcomes.push({ ok: true, result, written: result.position > before });
+            if (!request.with) {
+              const before = head;
+              const result = this.applyOne(request, head, now);
+              head = Math.max(head, result.position);
+              outcomes.push({ ok: true, result, written: result.position > before });
+              continue;
+            }
+            // All of them or none: a nested transaction is a savepoint, rolled back if any part throws.
+            const parts = this.db.transaction(() => {
+              let at = head;
+              return [request, ...request.with!].map((part) => {
+                const before = at;
+                const result = this.applyOne(part, at, now);
+                at = Math.max(at, result.position);
+                return { result, written: result.position > before };
+              });
+            })();
+            head = Math.max(head, ...parts.map((p) => p.result.position));
+            outcomes.push({ ok: true, ...parts[0]!, also: parts.slice(1) });
           } catch (error) {
             outcomes.push(outcomeOf(error));
           }

@@ -8,11 +8,12 @@ import { openWritable, reviveError, type AppendOutcome, type AppendRequest } fro
 import { appendChannelName } from './embedded-channel.js';
 import { matchesFilter } from './port.js';
 import type {
-  AppendResult, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamInfo, SubscribeOptions, SubscriptionFilter,
+  AppendResult, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
 } from './port.js';
 
 interface PendingAppend extends AppendRequest {
-  resolve: (result: AppendResult) => void;
+  /** One result per stream: the append's, then those of `with`. */
+  resolve: (results: AppendResult[]) => void;
   reject: (error: unknown) => void;
 }
 
@@ -97,10 +98,23 @@ export class EmbeddedEventStore implements EventStore {
     return writer;
   }
 
-  append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+  readonly atomicAppendAll = true;
+
+  async append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    return (await this.enqueue({ stream, events, expected }))[0]!;
+  }
+
+  /** All the appends in one transaction: every stream's expected revision holds and all are written, or none is. */
+  async appendAll(appends: StreamAppend[]): Promise<AppendResult[]> {
+    if (appends.length === 0) return [];
+    const [first, ...rest] = appends;
+    return this.enqueue({ ...first!, with: rest.length > 0 ? rest : undefined });
+  }
+
+  private enqueue(request: AppendRequest): Promise<AppendResult[]> {
     if (this.closed) return Promise.reject(new Error('event store is closed'));
     return new Promise((resolve, reject) => {
-      this.queue.push({ stream, events, expected, resolve, reject });
+      this.queue.push({ ...request, resolve, reject });
       // An idle writer starts at once; appends arriving while it commits are gathered for the next batch.
       if (this.inFlight.size === 0) this.flush();
       else this.scheduleFlush();
@@ -122,7 +136,7 @@ export class EmbeddedEventStore implements EventStore {
     const id = this.nextBatchId++;
     this.inFlight.set(id, batch);
     this.writer.ref();
-    this.writer.postMessage({ id, batch: batch.map(({ stream, events, expected }) => ({ stream, events, expected })) });
+    this.writer.postMessage({ id, batch: batch.map(({ stream, events, expected, with: also }) => ({ stream, events, expected, with: also })) });
   }
 
   private settle({ id, outcomes, head, recorded_at }: { id: number; outcomes: AppendOutcome[]; head: number; recorded_at: string }): void {
@@ -138,7 +152,8 @@ export class EmbeddedEventStore implements EventStore {
         return;
       }
       if (outcome.written) this.remember(pending, outcome.result, recorded_at);
-      pending.resolve(outcome.result);
+      outcome.also?.forEach((part, j) => { if (part.written) this.remember(pending.with![j]!, part.result, recorded_at); });
+      pending.resolve([outcome.result, ...(outcome.also ?? []).map((p) => p.result)]);
     });
     if (head > 0) this.appended.emit('appended', head);
     this.appended.emit('settled');

@@ -9,7 +9,7 @@ import type {
 import { WrongExpectedVersionError } from './errors.js';
 import { matchesFilter } from './port.js';
 import type {
-  AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamInfo, SubscribeOptions, SubscriptionFilter,
+  AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
 } from './port.js';
 
 /*
@@ -84,6 +84,15 @@ export class EsdbEventStore implements EventStore {
 
   constructor(connectionString: string) {
     this.client = EventStoreDBClient.connectionString(connectionString);
+  }
+
+  /** EventStoreDB has no multi-stream transactions: in order, stopping at the first failure (a written prefix stays). */
+  readonly atomicAppendAll = false;
+
+  async appendAll(appends: StreamAppend[]): Promise<AppendResult[]> {
+    const results: AppendResult[] = [];
+    for (const { stream, events, expected } of appends) results.push(await this.append(stream, events, expected));
+    return results;
   }
 
   async append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {

@@ -71,9 +71,24 @@ export interface SubscribeOptions {
   onPosition?: (position: number) => void;
 }
 
+/** One stream's part of a multi-stream append. */
+export interface StreamAppend {
+  stream: string;
+  events: NewEvent[];
+  expected: ExpectedRevision;
+}
+
 export interface EventStore {
   readonly kind: 'embedded' | 'esdb';
   append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult>;
+  /**
+   * Appends to several streams, in order, each with its expected revision; one result per append.
+   * `atomic` says whether the store writes all of them or none (embedded: one transaction). EventStoreDB
+   * has no multi-stream transactions: there the appends run one after another and stop at the first
+   * failure, so callers must tolerate a written prefix (see the agent name reservation).
+   */
+  appendAll(appends: StreamAppend[]): Promise<AppendResult[]>;
+  readonly atomicAppendAll: boolean;
   /** Events of one stream from `fromRevision` (inclusive), in revision order. */
   readStream(stream: string, options?: { fromRevision?: number; limit?: number }): Promise<RecordedEvent[]>;
   /** Events of every stream after `fromPosition` (exclusive; 0 = from the beginning), in global order. */

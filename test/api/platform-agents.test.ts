@@ -1,5 +1,7 @@
+import { randomUUID } from 'node:crypto';
 import t from 'tap';
-import { agentStream } from '../../domain/agents/decider.js';
+import { nameKey } from '../../api/platform/agents/routes.js';
+import { agentNameStream, agentStream } from '../../domain/agents/decider.js';
 import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
 
 const app = await startTestCairn();
@@ -98,6 +100,46 @@ t.test('Idempotency-Key', async (t) => {
   t.equal((await app.events.readStream(agentStream(first.body.agent_id))).length, 1, 'one event only');
   const different = await create({ name: 'Twice' }, a.key, headers);
   t.equal(different.res.status, 422);
+});
+
+t.test('the name reservation and the agent commit together; of concurrent creations of one name exactly one wins', async (t) => {
+  const attempts = await Promise.all(Array.from({ length: 8 }, () => create({ name: 'Racer' })));
+  t.same(attempts.map((r) => r.res.status).sort(), [200, 409, 409, 409, 409, 409, 409, 409]);
+  const winner = attempts.find((r) => r.res.status === 200)!;
+  const [reserved] = await app.events.readStream(agentNameStream(a.projectId, nameKey('Racer')));
+  const [created, ...more] = await app.events.readStream(agentStream(winner.body.agent_id));
+  t.same(more, []);
+  t.equal(reserved!.data.agent_id, winner.body.agent_id);
+  t.equal(created!.position, reserved!.position + 1, 'adjacent in the log');
+  t.equal(created!.recorded_at, reserved!.recorded_at, 'one commit');
+  t.equal(winner.position, String(created!.position), 'X-Event-Position is the agent\'s event');
+  const everyCreation = await app.events.readAll(0, { limit: 100_000, filter: { types: ['AgentCreated'] } });
+  t.equal(everyCreation.filter((e) => e.data.name === 'Racer').length, 1, 'the losers created nothing');
+});
+
+t.test('a name held by a reservation whose agent never got created is taken over once the reservation is abandoned', async (t) => {
+  let offset = 0;
+  const other = await startTestCairn({}, { clock: () => new Date(Date.now() + offset) });
+  t.teardown(() => other.stop());
+  const p = await projectWithKey(other);
+  // What a creation interrupted between its two appends leaves on a store without multi-stream
+  // transactions (EventStoreDB): a reservation and no agent.
+  const orphan = randomUUID();
+  await other.events.append(agentNameStream(p.projectId, nameKey('Nova')), [{
+    id: randomUUID(), type: 'AgentNameReserved',
+    data: { project_id: p.projectId, name: 'Nova', agent_id: orphan, reserved_at: new Date().toISOString() },
+    metadata: { correlation_id: randomUUID(), causation_id: randomUUID(), actor: 'test', occurred_at: new Date().toISOString() },
+  }], 'no_stream');
+  const post = () => other.platform('/agents', { method: 'POST', headers: bearer(p.key), json: { name: 'Nova' } });
+  t.equal((await post()).status, 409, 'a fresh reservation holds the name');
+  offset = 61_000;
+  const taken = await post();
+  t.equal(taken.status, 200, 'an abandoned one (over a minute old, no agent) does not');
+  const agent = (await taken.json()) as { agent_id: string; name: string };
+  t.not(agent.agent_id, orphan);
+  const reservations = await other.events.readStream(agentNameStream(p.projectId, nameKey('Nova')));
+  t.same(reservations.map((e) => e.data.agent_id), [orphan, agent.agent_id]);
+  t.equal((await post()).status, 409, 'and now the name is in use');
 });
 
 t.test('projects are isolated', async (t) => {

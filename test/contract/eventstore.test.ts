@@ -53,6 +53,55 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.match(conflict, { stream: s('new'), expected: 'no_stream', actual: 1 });
   });
 
+  await t.test('appendAll: several streams, each with its expected revision', async (t) => {
+    const head = await store.headPosition();
+    const reserve = newEvent('NameReserved', { name: 'x' });
+    const create = [newEvent('Created', { n: 1 }), newEvent('Renamed', { n: 2 })];
+    const results = await store.appendAll([
+      { stream: s('name'), events: [reserve], expected: 'no_stream' },
+      { stream: s('thing'), events: create, expected: 'no_stream' },
+    ]);
+    t.equal(results.length, 2);
+    t.match(results, [{ revision: 0 }, { revision: 1 }]);
+    t.ok(results[0]!.position > head && results[1]!.position > results[0]!.position, 'written in order');
+    t.same((await store.readStream(s('thing'))).map((e) => e.id), create.map((e) => e.id));
+    t.same(await store.appendAll([
+      { stream: s('name'), events: [reserve], expected: 'no_stream' },
+      { stream: s('thing'), events: create, expected: 'no_stream' },
+    ]), results, 'a retry with the same event ids writes nothing and answers the same');
+    t.equal(await store.headPosition(), results[1]!.position);
+
+    // The second part's expectation fails.
+    const before = await store.headPosition();
+    const e1 = newEvent('NameReserved', { name: 'y' });
+    await expectError(store.appendAll([
+      { stream: s('name2'), events: [e1], expected: 'no_stream' },
+      { stream: s('thing'), events: [newEvent('Created', {})], expected: 'no_stream' },
+    ]), WrongExpectedVersionError);
+    if (store.atomicAppendAll) {
+      t.same(await store.readStream(s('name2')), [], 'atomic: nothing of it was written');
+      t.equal(await store.headPosition(), before);
+    } else {
+      t.equal((await store.readStream(s('name2'))).length, 1, 'not atomic: the parts before the failure stay written');
+    }
+    t.equal((await store.readStream(s('thing'))).length, 2, 'the failing stream is unchanged');
+  });
+
+  await t.test('appendAll: a failing one in a group commit costs only itself', async (t) => {
+    const [ok, failed] = await Promise.allSettled([
+      store.append(s('bystander'), [newEvent('Fine', {})], 'no_stream'),
+      store.appendAll([
+        { stream: s('g1'), events: [newEvent('A', {})], expected: 'no_stream' },
+        { stream: s('name'), events: [newEvent('B', {})], expected: 5 },
+      ]),
+      store.append(s('bystander2'), [newEvent('Fine', {})], 'no_stream'),
+    ]);
+    t.equal(ok.status, 'fulfilled');
+    t.equal(failed.status, 'rejected');
+    t.equal((await store.readStream(s('bystander2'))).length, 1);
+    if (store.atomicAppendAll) t.same(await store.readStream(s('g1')), []);
+  });
+
   await t.test('append with the right numeric revision', async (t) => {
     const c = newEvent('Gamma', { n: 3 });
     const result = await store.append(s('new'), [c], 1);

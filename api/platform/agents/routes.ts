@@ -1,9 +1,10 @@
 import Type from 'typebox';
 import { createHash } from 'node:crypto';
+import type { CommandResult } from '../../../commands/bus.js';
 import { uuidV5 as uuidv5 } from '../../../infra/ids.js';
 import { DomainError } from '../../../domain/shared/decider.js';
 import {
-  agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, type AgentProfile,
+  agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, type AgentEvent, type AgentProfile, type AgentState,
 } from '../../../domain/agents/decider.js';
 import { findAll } from '../../../infra/readstore/port.js';
 import type { AgentDoc } from '../../../projections/agents/projection.js';
@@ -78,17 +79,23 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
           speech_patterns: body.speech_patterns ?? [], true_interests: body.true_interests ?? [], true_dislikes: body.true_dislikes ?? [],
         };
         const nameStream = agentNameStream(projectId, nameKey(name));
-        const reserve = (abandoned: string | null) => deps.bus.handle(nameStream, agentNameDecider,
-          { type: 'ReserveAgentName', data: { project_id: projectId, name, agent_id: agentId, abandoned_holder: abandoned } }, meta);
+        // The name reservation and the agent commit together (one transaction on the embedded log; in
+        // order on EventStoreDB, where an agent whose creation failed after its reservation leaves the
+        // name held until the reservation is abandoned).
+        const create = (abandoned: string | null) => deps.bus.handleAll([
+          { stream: nameStream, decider: agentNameDecider, command: { type: 'ReserveAgentName', data: { project_id: projectId, name, agent_id: agentId, abandoned_holder: abandoned } } },
+          { stream: agentStream(agentId), decider: agentDecider, command: { type: 'CreateAgent', data: profile } },
+        ], meta);
+        let results: Awaited<ReturnType<typeof create>>;
         try {
-          await reserve(null);
+          results = await create(null);
         } catch (error) {
           // Taken: unless its holder never got created (its creation failed after reserving), the name is in use.
           const abandoned = error instanceof DomainError && error.kind === 'conflict' ? await abandonedHolder(deps, nameStream, clock) : null;
           if (!abandoned) throw error;
-          await reserve(abandoned);
+          results = await create(abandoned);
         }
-        const result = await deps.bus.handle(agentStream(agentId), agentDecider, { type: 'CreateAgent', data: profile }, meta);
+        const result = results[1]! as CommandResult<AgentState, AgentEvent>;
         const created = result.events[0]?.data;
         if (created) return { body: agentView(created), position: result.position };
         // Idempotent replay: answer with the agent as created the first time.
