@@ -34,6 +34,9 @@ const MAX_IN_FLIGHT = 2;
 /** How many recently appended events are kept in memory for subscribers tailing the log. */
 const TAIL_SIZE = 8192;
 
+/** How long a read-only store gathers commit announcements before reading the new rows once. */
+const INGEST_WINDOW_MS = 2;
+
 /** How often a live subscription looks for events written by another process (ops CLI, a second node). */
 const CROSS_PROCESS_POLL_MS = 200;
 
@@ -47,6 +50,7 @@ const CROSS_PROCESS_POLL_MS = 200;
 export class EmbeddedEventStore implements EventStore {
   readonly kind = 'embedded' as const;
   private readonly db: Database.Database;
+  private readonly scan: Database.Database;
   private readonly appended = new EventEmitter();
   private queue: PendingAppend[] = [];
   private inFlight: Map<number, PendingAppend[]> = new Map();
@@ -70,9 +74,13 @@ export class EmbeddedEventStore implements EventStore {
     if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
     this.db = new Database(file);
     this.db.pragma('busy_timeout = 5000');
-    // The writer thread's commits invalidate this connection's page cache; memory-mapped reads refill it cheaply.
-    this.db.pragma('mmap_size = 1073741824');
     openWritable(this.db);
+    // Two read connections. Scans (replays, catch-up) read many pages: memory-mapped, they run markedly
+    // faster. Point reads (a stream's events, the head) come right after the writer thread's commits, which
+    // invalidate a connection's page cache; refilling it through a memory map costs more than with plain
+    // reads (measured: 59 vs 22 us for a lookup after each commit), so that connection maps nothing.
+    this.scan = file === ':memory:' ? this.db : new Database(file, { readonly: true });
+    if (this.scan !== this.db) this.scan.pragma('mmap_size = 1073741824');
     // A store that will append starts its writer thread now, not in the middle of the first request.
     if (options.appends !== false) void this.writer;
     this.appended.setMaxListeners(0);
@@ -81,7 +89,9 @@ export class EmbeddedEventStore implements EventStore {
       head: this.db.prepare<[], { p: number | null }>('SELECT MAX(position) AS p FROM events'),
       readStream: this.db.prepare<[string, number, number], EventRow>(
         `SELECT ${COLUMNS} FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?`).raw(),
-      readAll: this.db.prepare<[number, number], EventRow>(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`).raw(),
+      readAll: this.scan.prepare<[number, number], EventRow>(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`).raw(),
+      /** The few rows of the latest commits (announcements): a point read, on the unmapped connection. */
+      readNewest: this.db.prepare<[number, number], EventRow>(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`).raw(),
     };
   }
 
@@ -211,7 +221,7 @@ export class EmbeddedEventStore implements EventStore {
       for (const p of filter.streamPrefixes) params.push(p.length, p);
     }
     params.push(limit);
-    const rows = this.db.prepare(`SELECT ${COLUMNS} FROM events WHERE ${where.join(' AND ')} ORDER BY position LIMIT ?`).raw().all(...params) as EventRow[];
+    const rows = this.scan.prepare(`SELECT ${COLUMNS} FROM events WHERE ${where.join(' AND ')} ORDER BY position LIMIT ?`).raw().all(...params) as EventRow[];
     return rows.map(toRecorded);
   }
 
@@ -268,11 +278,13 @@ export class EmbeddedEventStore implements EventStore {
     this.channel = new BroadcastChannel(appendChannelName(this.file));
     this.channel.unref();
     let known = this.stmt.head.get()?.p ?? 0;
-    this.channel.onmessage = (message) => {
-      const head = (message as { data: number }).data;
-      if (head <= known || this.closed || this.writerThread) return;
+    let announced = known;
+    let timer: NodeJS.Timeout | undefined;
+    const ingest = () => {
+      timer = undefined;
+      if (this.closed || this.writerThread) return;
       for (;;) {
-        const rows = this.stmt.readAll.all(known, 4096);
+        const rows = this.stmt.readNewest.all(known, 4096);
         if (rows.length === 0) break;
         const events = rows.map(toRecorded);
         if (this.tail.length > 0 && this.tail[this.tail.length - 1]!.position !== events[0]!.position - 1) this.tail = [];
@@ -282,6 +294,11 @@ export class EmbeddedEventStore implements EventStore {
       }
       if (this.tail.length > 2 * TAIL_SIZE) this.tail = this.tail.slice(-TAIL_SIZE);
       this.appended.emit('appended', known);
+    };
+    this.channel.onmessage = (message) => {
+      announced = Math.max(announced, (message as { data: number }).data);
+      // Announcements that arrive within INGEST_WINDOW_MS are read (and wake the subscriptions) once.
+      if (announced > known && !timer) timer = setTimeout(ingest, INGEST_WINDOW_MS);
     };
   }
 
@@ -320,6 +337,7 @@ export class EmbeddedEventStore implements EventStore {
       await writer.terminate();
     }
     this.channel?.close();
+    if (this.scan !== this.db) this.scan.close();
     this.db.close();
   }
 }
