@@ -159,7 +159,7 @@ try {
   console.log('|---|---|---|');
   console.log(`| embedded store directly: durable appends (1 event each) | ${fmt(raw.appends[1]!)}/s | ${fmt(raw.appends[8]!)}/s |`);
   console.log(row('PUT /projects/{id}/config/{key} over HTTP (1 durable command)', http['config-1']!, http['config-8']!));
-  console.log(row('POST /agents over HTTP (2 durable commands: name reservation, agent)', http['agents-1']!, http['agents-8']!));
+  console.log(row('POST /agents over HTTP (2 commands: name reservation + agent, one durable commit)', http['agents-1']!, http['agents-8']!));
   console.log(`| config PUT ÷ raw appends | ${fmt(http['config-1']!.rate / raw.appends[1]!, 2)} | ${fmt(http['config-8']!.rate / raw.appends[8]!, 2)} |`);
   console.log(`| POST /agents commands ÷ raw appends | ${fmt((2 * http['agents-1']!.rate) / raw.appends[1]!, 2)} | ${fmt((2 * http['agents-8']!.rate) / raw.appends[8]!, 2)} |`);
   console.log(`\nreadAll replay from a cold store: ${fmt(raw.replay)} events/s over ${fmt(raw.replayed)} events`);
