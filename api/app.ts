@@ -107,6 +107,10 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
       if (closed) return;
       closed = true;
       await Promise.all([platformServer, memoryServer].map((s) => new Promise((r) => { s.closeAllConnections(); s.close(r); })));
+      // Graceful stop: no new writes arrive now; let the read models apply everything written (bounded),
+      // so a restart (perhaps with another embedding model) does not have to apply it instead.
+      const head = await events.headPosition();
+      await Promise.all(host.names.map((name) => host.waitFor(name, head, config.consistencyTimeoutMs).catch(() => undefined)));
       await host.stop();
       await reads.close();
       await events.close();

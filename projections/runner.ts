@@ -141,6 +141,9 @@ export class ProjectionRunner {
         this.holding = 0;
         this.passed(this.scanned);
         if (ended) return;
+        // Catching up, every read and apply can complete without waiting for I/O, so this loop would run
+        // on microtasks alone and starve the event loop (requests, timers, messages) until it caught up.
+        if (batch.length === BATCH) await new Promise((resolve) => setImmediate(resolve));
       }
     } finally {
       local.abort();

@@ -1,4 +1,8 @@
+import { randomUUID } from 'node:crypto';
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 import t, { type Test } from 'tap';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { bearer, projectWithKey, startTestCairn, type TestCairn } from '../support/cairn.js';
 
 /** What every read path needs from the projections, in either place they can run. */
@@ -61,4 +65,23 @@ t.test('a projection thread that dies is replaced, and the read models carry on 
 
 t.test('PROJECTIONS_THREAD takes only true or false', async (t) => {
   await t.rejects(startTestCairn({ PROJECTIONS_THREAD: 'maybe' }), /PROJECTIONS_THREAD must be true or false/);
+});
+
+t.test('a graceful stop lets every read model apply what was written before it', async (t) => {
+  const app = await startTestCairn();
+  const scope = { agent: 'drain', user: 'u' };
+  await Promise.all(Array.from({ length: 20 }, (_, i) => app.memory('/v1/memories', { method: 'POST', json: { scope, text: `memory ${i}` } })));
+  // Then a large write straight to the log, and stop at once: the read models are well behind it then.
+  const now = new Date().toISOString();
+  await app.events.append('memory-drain/bulk', Array.from({ length: 8000 }, (_, i) => ({
+    id: randomUUID(), type: 'MemoryStored',
+    data: { agent: 'drain', user: 'bulk', memory_id: `m_${i}`, text: `bulk memory ${i}`, session: null, created_at: now },
+    metadata: { correlation_id: randomUUID(), causation_id: randomUUID(), actor: 'test', occurred_at: now },
+  })), 'no_stream');
+  const head = await app.events.headPosition();
+  await app.stop({ keepData: true });
+  t.teardown(() => rmSync(app.dataDir, { recursive: true, force: true }));
+  const reads = new EmbeddedReadStore(join(app.dataDir, 'readmodels.db'));
+  t.teardown(() => reads.close());
+  for (const cp of await reads.listCheckpoints()) t.equal(cp.position, head, `${cp.projection} stored the head as its checkpoint`);
 });
