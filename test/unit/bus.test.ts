@@ -36,3 +36,45 @@ t.test('commands pipeline on a hot stream, and recover when another writer moved
   t.equal(events.length, 22);
   t.same(events.at(-1)!.data, { project_id: 'p', key: 'k', value: 100, set_at: events.at(-1)!.data.set_at });
 });
+
+t.test('handleAll: commands on several streams commit together, and are decided again together after a conflict', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const store = new EmbeddedEventStore(file);
+  const other = new EmbeddedEventStore(file);
+  t.teardown(async () => { await store.close(); await other.close(); });
+  const bus = new CommandBus(store);
+  const [a, b] = [configStream('pa'), configStream('pb')];
+  const setIn = (project: string, value: number) => ({ type: 'SetConfigValue' as const, data: { project_id: project, key: 'k', value } });
+
+  const first = await bus.handleAll([
+    { stream: a, decider: configDecider, command: setIn('pa', 1) },
+    { stream: b, decider: configDecider, command: setIn('pb', 1) },
+  ], meta());
+  t.same(first.map((r) => r.revision), [0, 0]);
+  t.equal(first[1]!.position, first[0]!.position + 1);
+
+  // Another writer moves stream b: the bus's cached state of b is stale, so the next pair fails as a
+  // whole (nothing of it written to a), is decided again on fresh state, and then commits.
+  await other.append(b, [{ id: randomUUID(), type: 'ConfigValueSet', data: { project_id: 'pb', key: 'x', value: 'x', set_at: '' }, metadata: { correlation_id: 'o', causation_id: 'o', actor: 'o', occurred_at: '' } }], 0);
+  const second = await bus.handleAll([
+    { stream: a, decider: configDecider, command: setIn('pa', 2) },
+    { stream: b, decider: configDecider, command: setIn('pb', 2) },
+  ], meta());
+  t.same(second.map((r) => r.revision), [1, 2], 'b was at revision 1 when decided again');
+  t.equal((await store.readStream(a)).length, 2, 'the failed attempt wrote nothing to a');
+  t.same((await store.readStream(b)).map((e) => e.data.value), [1, 'x', 2]);
+
+  // Nothing to do on one stream: only the other is appended; a decision that throws appends nothing.
+  const third = await bus.handleAll([
+    { stream: a, decider: configDecider, command: setIn('pa', 2) },
+    { stream: b, decider: configDecider, command: setIn('pb', 3) },
+  ], meta());
+  t.same(third[0]!.events, []);
+  t.equal(third[1]!.revision, 3);
+  await t.rejects(bus.handleAll([
+    { stream: a, decider: configDecider, command: setIn('pa', 4) },
+    { stream: b, decider: configDecider, command: { type: 'DeleteConfigValue' as const, data: { project_id: 'pb', key: 'missing' } } },
+  ], meta()));
+  t.equal((await store.readStream(a)).length, 2, 'a rejected decision on b leaves a untouched');
+  await t.rejects(bus.handleAll([{ stream: a, decider: configDecider, command: setIn('pa', 5) }, { stream: a, decider: configDecider, command: setIn('pa', 6) }], meta()), /one command per stream/);
+});
