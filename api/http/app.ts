@@ -67,8 +67,10 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     const requestId = given && REQUEST_ID.test(given) ? given : randomUUID();
     const idempotencyKey = ctx.get('Idempotency-Key');
     ctx.set('X-Request-Id', requestId);
-    const log = options.log.child({ request_id: requestId, service: options.name });
-    ctx.state.log = log;
+    // The request's logger is made when something logs (most requests at LOG_LEVEL=warn log nothing).
+    let child: Logger | undefined;
+    const logger = () => (child ??= options.log.child({ request_id: requestId, service: options.name }));
+    Object.defineProperty(ctx.state, 'log', { get: logger, enumerable: true, configurable: true });
     const meta: RequestMeta = {
       correlation_id: requestId,
       causation_id: requestId,
@@ -87,13 +89,15 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       await next();
     } catch (error) {
       const problem = toProblemError(error);
-      if (problem.status >= 500) log.error({ err: error }, 'request failed');
+      if (problem.status >= 500) logger().error({ err: error }, 'request failed');
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';
       ctx.body = problem.toProblem(requestId);
       for (const [k, v] of Object.entries(problem.extra.headers ?? {})) ctx.set(k, v);
     }
-    log.info({ method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+    if (options.log.isLevelEnabled('info')) {
+      logger().info({ method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+    }
   });
   app.use(docs.routes());
   app.use(router.routes());
