@@ -18,7 +18,8 @@ export interface Stores {
 
 /** Opens the same stores as the server (DATA_DIR / EVENTSTORE_URL / MONGODB_URL) for one command, and closes them. */
 export async function withStores<T>(fn: (stores: Stores) => Promise<T>): Promise<T> {
-  const stores = await openStores(loadConfig());
+  // Most commands only read the log: its writer thread starts only for one that appends.
+  const stores = await openStores(loadConfig(), { appends: false });
   try {
     return await fn(stores);
   } finally {
