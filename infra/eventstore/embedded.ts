@@ -66,6 +66,8 @@ export class EmbeddedEventStore implements EventStore {
    */
   private tail: RecordedEvent[] = [];
   private readonly stmt;
+  /** Prepared filtered reads, by their SQL (a projection's filter is the same on every call). */
+  private readonly filtered = new Map<string, Database.Statement>();
   /** Heads announced by this log's writer threads in this process (see listenForAnnouncements). */
   private channel: BroadcastChannel | undefined;
 
@@ -207,11 +209,16 @@ export class EmbeddedEventStore implements EventStore {
   async readAll(fromPosition: number, options: { limit?: number; filter?: SubscriptionFilter } = {}): Promise<RecordedEvent[]> {
     const limit = options.limit ?? 1000;
     const filter = options.filter;
-    if (!filter || (!filter.types && !filter.streamPrefixes)) {
+    if (!hasFilter(filter)) {
       return this.fromTail(fromPosition, limit) ?? this.stmt.readAll.all(fromPosition, limit).map(toRecorded);
     }
-    const where: string[] = ['position > ?'];
-    const params: unknown[] = [fromPosition];
+    return this.readFiltered(fromPosition, Number.MAX_SAFE_INTEGER, limit, filter);
+  }
+
+  /** Events after `from` up to `to` (inclusive) that match the filter, selected by SQLite: the others are never parsed. */
+  private readFiltered(from: number, to: number, limit: number, filter: SubscriptionFilter): RecordedEvent[] {
+    const where: string[] = ['position > ?', 'position <= ?'];
+    const params: unknown[] = [from, to];
     if (filter.types) {
       where.push(`type IN (${filter.types.map(() => '?').join(', ')})`);
       params.push(...filter.types);
@@ -221,30 +228,47 @@ export class EmbeddedEventStore implements EventStore {
       for (const p of filter.streamPrefixes) params.push(p.length, p);
     }
     params.push(limit);
-    const rows = this.scan.prepare(`SELECT ${COLUMNS} FROM events WHERE ${where.join(' AND ')} ORDER BY position LIMIT ?`).raw().all(...params) as EventRow[];
-    return rows.map(toRecorded);
+    const sql = `SELECT ${COLUMNS} FROM events WHERE ${where.join(' AND ')} ORDER BY position LIMIT ?`;
+    let statement = this.filtered.get(sql);
+    if (!statement) {
+      statement = this.scan.prepare(sql).raw();
+      this.filtered.set(sql, statement);
+    }
+    return (statement.all(...params) as EventRow[]).map(toRecorded);
   }
 
   async *subscribeToAll(fromPosition: number, options: SubscribeOptions = {}): AsyncIterable<RecordedEvent> {
     let position = fromPosition;
     const { signal, filter, onPosition } = options;
-    // Caught up with this process's own appends, the log needs no query until something is appended
-    // here or the cross-process poll fires; then it is read for real.
+    // Caught up with the tail (this object's own appends, or the announced ones), the log needs no query
+    // until something arrives there or the cross-process poll fires; then it is read for real.
     let mustRead = true;
     while (!signal?.aborted && !this.closed) {
       const tailEnd = this.tail.length > 0 ? this.tail[this.tail.length - 1]!.position : -1;
-      const batch = this.fromTail(position, 512)
-        ?? (!mustRead && position === tailEnd ? [] : await this.readAll(position, { limit: 512 }));
-      if (batch.length === 0) {
+      let batch = this.fromTail(position, 512);
+      // Read from the log up to here (behind the tail, with a filter: SQLite selects the matching events).
+      let scannedTo = batch?.at(-1)?.position;
+      if (!batch) {
+        if (!mustRead && position === tailEnd) batch = [];
+        else if (hasFilter(filter)) {
+          const head = this.stmt.head.get()?.p ?? 0;
+          batch = head > position ? this.readFiltered(position, head, 512, filter) : [];
+          scannedTo = batch.length === 512 ? batch[511]!.position : head;
+        } else {
+          batch = await this.readAll(position, { limit: 512 });
+          scannedTo = batch.at(-1)?.position;
+        }
+      }
+      if (scannedTo === undefined || scannedTo <= position) {
         mustRead = (await this.waitForAppend(position, signal)) === 'poll';
         continue;
       }
       for (const event of batch) {
-        position = event.position;
         if (!matchesFilter(event, filter)) continue;
         yield event;
         if (signal?.aborted) return;
       }
+      position = scannedTo;
       onPosition?.(position);
     }
   }
@@ -340,6 +364,10 @@ export class EmbeddedEventStore implements EventStore {
     if (this.scan !== this.db) this.scan.close();
     this.db.close();
   }
+}
+
+function hasFilter(filter: SubscriptionFilter | undefined): filter is SubscriptionFilter {
+  return filter !== undefined && (filter.types !== undefined || filter.streamPrefixes !== undefined);
 }
 
 function toRecorded([position, id, stream, revision, type, data, metadata, recorded_at]: EventRow): RecordedEvent {
