@@ -137,8 +137,9 @@ class ThreadHost implements ProjectionHost {
       if ('reset' in note) sink.reset().catch((error) => log.error({ err: error, sink: note.sink }, 'could not reload an in-process index'));
       else (sink.afterCommit as (batch: unknown[], generation: number) => void)(note.batch, note.generation);
     }
+    // As reported, also when lower: a runner that reloaded (a rebuilt generation swapped in, a new thread)
+    // is back at its stored checkpoint, and waits must not pass on the position it had before.
     for (const [name, position] of Object.entries(report.positions ?? {})) {
-      if (position <= (this.positions.get(name) ?? -1)) continue;
       this.positions.set(name, position);
       this.progress.emit(name, position);
     }

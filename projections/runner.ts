@@ -77,6 +77,8 @@ export class ProjectionRunner {
     this.generation = cp.generation;
     this.moved = false;
     await this.projection.reset?.();
+    // Possibly lower than before (a rebuilt generation went live): whoever mirrors positions must know.
+    this.progress.emit('position', this.position);
   }
 
   private async run(): Promise<void> {
