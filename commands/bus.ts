@@ -61,30 +61,8 @@ export class CommandBus {
   async handle<State, Command, Event extends DomainEvent>(
     stream: string, decider: Decider<State, Command, Event>, command: Command, meta: RequestMeta,
   ): Promise<CommandResult<State, Event>> {
-    const sequence = meta.sequence.next++;
-    for (let attempt = 1; ; attempt++) {
-      const decided = await this.withStreamLock(stream, () => this.decideAndEnqueue(stream, decider, command, meta, sequence));
-      try {
-        // Nothing to append: the answer stands once the events it was decided on are durable. If those
-        // fail to append, it was decided on a state that never was: decide again.
-        if (!decided.append) return { ...decided.result, position: await decided.entry.position };
-        const appended = await decided.append;
-        return { ...decided.result, position: appended.position, revision: appended.revision };
-      } catch (error) {
-        if (this.cache.get(stream) === decided.entry) this.cache.delete(stream);
-        if (!(error instanceof WrongExpectedVersionError) || attempt >= MAX_ATTEMPTS) throw error;
-      }
-    }
-  }
-
-  private async decideAndEnqueue<State, Command, Event extends DomainEvent>(
-    stream: string, decider: Decider<State, Command, Event>, command: Command, meta: RequestMeta, sequence: number,
-  ) {
-    const decided = await this.decideOn(stream, decider, command, meta, sequence);
-    if (!decided.newEvents) return { result: decided.result, append: undefined, entry: decided.entry };
-    const append = this.store.append(stream, decided.newEvents, decided.expected);
-    const next = this.pending(stream, decided, append.then((r) => r.position));
-    return { result: { ...decided.result, revision: next.revision }, append, entry: next };
+    const [result] = await this.handleAll([{ stream, decider, command }], meta);
+    return result as CommandResult<State, Event>;
   }
 
   /** Decides a command on the stream's (cached) state; the events to append, if any, with their ids and metadata. */
@@ -128,7 +106,7 @@ export class CommandBus {
   }
 
   /**
-   * Several commands on different streams whose events commit together: all or none where the store
+   * Several commands on different streams whose events commit together (`handle` is the case of one): all or none where the store
    * supports it (embedded), else in order (see EventStore.appendAll). Each command is decided on its
    * stream's state as above; a conflict on any stream decides them all again (bounded). A decision that
    * throws (a DomainError) appends nothing.
@@ -154,6 +132,8 @@ export class CommandBus {
         return await Promise.all(decided.each.map(async (d, i) => {
           const k = decided.writing.findIndex((w) => w.i === i);
           if (k >= 0) return { ...d.result, position: appended[k]!.position, revision: appended[k]!.revision };
+          // Nothing to append: the answer stands once the events it was decided on are durable. If those
+          // fail to append, it was decided on a state that never was: decide again.
           return { ...d.result, position: await decided.entries[i]!.position };
         }));
       } catch (error) {
