@@ -6,7 +6,7 @@ import type { Logger } from '../infra/logger.js';
 import type { ReadStore } from '../infra/readstore/port.js';
 import { startWorker } from '../infra/threads.js';
 import { allProjections, type ProjectionSinks } from './index.js';
-import { ConsistencyTimeoutError, ProjectionRunner } from './runner.js';
+import { ProjectionRunner, waitForPosition } from './runner.js';
 
 /**
  * Where the server's projection runners live. `inline`: in the HTTP thread (simple, and what a
@@ -153,23 +153,7 @@ class ThreadHost implements ProjectionHost {
   }
 
   waitFor(name: string, position: number, timeoutMs: number): Promise<void> {
-    if (this.position(name) >= position) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const onProgress = (p: number) => {
-        if (p < position) return;
-        cleanup();
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        cleanup();
-        reject(new ConsistencyTimeoutError(name, position, this.position(name)));
-      }, timeoutMs);
-      const cleanup = () => {
-        clearTimeout(timer);
-        this.progress.off(name, onProgress);
-      };
-      this.progress.on(name, onProgress);
-    });
+    return waitForPosition(this.progress, name, () => this.position(name), name, position, timeoutMs);
   }
 
   async stop(): Promise<void> {

@@ -223,23 +223,7 @@ export class ProjectionRunner {
 
   /** Resolves once this projection has applied everything up to `position`; bounded by `timeoutMs`. */
   waitFor(position: number, timeoutMs: number): Promise<void> {
-    if (this.position >= position) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const onProgress = (p: number) => {
-        if (p < position) return;
-        cleanup();
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        cleanup();
-        reject(new ConsistencyTimeoutError(this.name, position, this.position));
-      }, timeoutMs);
-      const cleanup = () => {
-        clearTimeout(timer);
-        this.progress.off('position', onProgress);
-      };
-      this.progress.on('position', onProgress);
-    });
+    return waitForPosition(this.progress, 'position', () => this.position, this.name, position, timeoutMs);
   }
 
   /** Calls `listener` with each new applied position. */
@@ -258,6 +242,30 @@ export class ProjectionRunner {
     await this.writes;
     this.abort = new AbortController();
   }
+}
+
+/**
+ * Resolves once `current()` has reached `position`, told by `event`s of `progress` carrying the new
+ * position; ConsistencyTimeoutError for projection `name` after `timeoutMs`.
+ */
+export function waitForPosition(progress: EventEmitter, event: string, current: () => number, name: string, position: number, timeoutMs: number): Promise<void> {
+  if (current() >= position) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const onProgress = (p: number) => {
+      if (p < position) return;
+      cleanup();
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      cleanup();
+      reject(new ConsistencyTimeoutError(name, position, current()));
+    }, timeoutMs);
+    const cleanup = () => {
+      clearTimeout(timer);
+      progress.off(event, onProgress);
+    };
+    progress.on(event, onProgress);
+  });
 }
 
 const IDLE = Symbol('idle');
