@@ -18,7 +18,7 @@ trap 'kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 secret=bench-secret-bench-secret-bench-secret-1234
 port=$((20000 + RANDOM % 20000))
 mport=$((port + 1))
-(cd "$root" && AUTH_JWT_SECRET=$secret DATA_DIR=$work/data LOG_LEVEL=warn PORT=$port MEMORY_PORT=$mport exec node --import tsx api/main.ts) &
+(cd "$root" && AUTH_JWT_SECRET=$secret DATA_DIR=$work/data LOG_LEVEL=warn PORT=$port MEMORY_PORT=$mport exec node ${NODE_FLAGS:-} --import tsx api/main.ts) &
 pid=$!
 for _ in $(seq 1 100); do curl -s "localhost:$mport/healthz" >/dev/null && break; sleep 0.1; done
 run=r$RANDOM$RANDOM
@@ -49,11 +49,11 @@ request = function() n = n + 1; return $req end
 LUA
 fi
 sleep 1
-snapshot() { for t in /proc/$pid/task/*; do echo "$(basename "$t") $(awk '{print $14+$15}' "$t/stat")"; done | sort; }
+snapshot() { for t in /proc/$pid/task/*; do echo "$(basename "$t") $(awk "{print \$14+\$15, \$14, \$15}" "$t/stat")"; done | sort; }
 snapshot >"$work/before"
 out=$(wrk -t1 -c"$clients" -d"${seconds}s" --latency -s "$work/s.lua" "$url")
 snapshot >"$work/after"
 requests=$(echo "$out" | grep -oP '\d+(?= requests in)')
 echo "$scenario, $clients clients: $(echo "$out" | grep -oP '(?<=Requests/sec:)\s*[\d.]+' | tr -d ' ') req/s, p50 $(echo "$out" | grep -oP '(?<=50%)\s*\S+' | tr -d ' '), p99 $(echo "$out" | grep -oP '(?<=99%)\s*\S+' | tr -d ' ')$(echo "$out" | grep -q Non-2xx && echo ", $(echo "$out" | grep -oP '(?<=Non-2xx or 3xx responses: )\d+') non-2xx")"
 # clock ticks are 10 ms: ticks * 10,000 / requests = microseconds per request
-join "$work/before" "$work/after" | awk -v n="$requests" '{ d = $3 - $2; if (d > 2) printf "  thread %s: %.0f us CPU per request\n", $1, d * 10000 / n }'
+join "$work/before" "$work/after" | awk -v n="$requests" '{ d = $5 - $2; if (d > 2) printf "  thread %s: %.0f us CPU per request (user %.0f, system %.0f)\n", $1, d * 10000 / n, ($6 - $3) * 10000 / n, ($7 - $4) * 10000 / n }'

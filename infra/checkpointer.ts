@@ -5,6 +5,10 @@
  */
 import Database from 'better-sqlite3';
 import { parentPort, workerData } from 'node:worker_threads';
+import { lowerThreadPriority } from './nice.js';
+
+// Housekeeping: a checkpoint may run late, so it yields the CPU to the threads that answer requests.
+lowerThreadPriority(10);
 
 const { file, intervalMs } = workerData as { file: string; intervalMs: number };
 const db = new Database(file);

@@ -19,6 +19,12 @@ export interface Config {
   consistencyTimeoutMs: number;
   /** PROJECTIONS_THREAD: projection runners in their own worker thread (default) or in the HTTP thread. */
   projectionsThread: boolean;
+  /**
+   * PROJECTIONS_NICE: how much lower the projection thread's scheduling priority is than the HTTP thread's
+   * and the log writer's (Linux nice, 0–19; 0 leaves it alone). Read models are allowed to lag by a few
+   * milliseconds; acknowledging writes is the critical path.
+   */
+  projectionsNice: number;
   memory: {
     ownerToken?: string;
     allowedHosts?: string[];
@@ -55,6 +61,12 @@ function int(name: string, fallback: number, env: NodeJS.ProcessEnv): number {
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
   if (!Number.isInteger(value) || value < 0) throw new Error(`${name} must be a non-negative integer, got "${raw}"`);
+  return value;
+}
+
+function bounded(name: string, fallback: number, min: number, max: number, env: NodeJS.ProcessEnv): number {
+  const value = int(name, fallback, env);
+  if (value < min || value > max) throw new Error(`${name} must be an integer from ${min} to ${max}, got "${env[name]}"`);
   return value;
 }
 
@@ -109,6 +121,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     consistencyTimeoutMs: int('CONSISTENCY_TIMEOUT_MS', 5000, env),
     projectionsThread: flag('PROJECTIONS_THREAD', true, env),
+    projectionsNice: bounded('PROJECTIONS_NICE', 10, 0, 19, env),
     memory: {
       ownerToken: optional(env.MEMORY_OWNER_TOKEN),
       allowedHosts: allowedHosts?.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean),

@@ -6,6 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import type { Config } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
+import { lowerThreadPriority } from '../infra/nice.js';
 import { openStores } from '../infra/stores.js';
 import type { HostReport, SinkNote } from './host.js';
 import { allProjections } from './index.js';
@@ -14,6 +15,9 @@ import { ProjectionRunner } from './runner.js';
 
 const { config, logLevel, vectors } = workerData as { config: Config; logLevel: string; vectors: boolean };
 const log = createLogger(logLevel).child({ thread: 'projections' });
+// Under load the HTTP thread and the log's writer (acknowledging writes) go first; the runners catch up
+// in the gaps, with larger and so cheaper batches.
+lowerThreadPriority(config.projectionsNice);
 const port = parentPort!;
 
 let pending: Required<Pick<HostReport, 'notes' | 'positions'>> | undefined;

@@ -76,10 +76,11 @@ export class Appender {
       streamRow: db.prepare<[string], { revision: number; last_position: number }>('SELECT revision, last_position FROM streams WHERE name = ?'),
       head: db.prepare<[], { p: number | null }>('SELECT MAX(position) AS p FROM events'),
       insert: db.prepare('INSERT INTO events (position, id, stream, revision, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
-      upsertStream: db.prepare(`INSERT INTO streams (name, revision, event_count, first_position, last_position, created_at, updated_at)
-        VALUES (@name, @revision, @count, @first, @last, @now, @now)
-        ON CONFLICT (name) DO UPDATE SET revision = @revision, event_count = event_count + @count,
-          last_position = @last, updated_at = @now`),
+      // Positional parameters: binding a named-parameter object costs more per call.
+      upsertStream: db.prepare<[string, number, number, number, number, string, string]>(`INSERT INTO streams
+          (name, revision, event_count, first_position, last_position, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (name) DO UPDATE SET revision = excluded.revision, event_count = event_count + excluded.event_count,
+          last_position = excluded.last_position, updated_at = excluded.updated_at`),
     };
   }
 
@@ -136,7 +137,8 @@ export class Appender {
       || expected === current;
     if (!ok) throw new WrongExpectedVersionError(stream, expected, current === -1 ? 'no_stream' : current);
     if (events.length === 0) return { revision: current, position: row?.last_position ?? 0 };
-    for (const e of events) if (this.stmt.findById.get(e.id)) throw new DuplicateEventIdError(e.id, stream);
+    // The first id was looked up above; the others may still be taken (by events of another stream).
+    for (let i = 1; i < events.length; i++) if (this.stmt.findById.get(events[i]!.id)) throw new DuplicateEventIdError(events[i]!.id, stream);
     let revision = current;
     let position = head;
     for (const e of events) {
@@ -144,7 +146,7 @@ export class Appender {
       position += 1;
       this.stmt.insert.run(position, e.id, stream, revision, e.type, JSON.stringify(e.data), JSON.stringify(e.metadata), now);
     }
-    this.stmt.upsertStream.run({ name: stream, revision, count: events.length, first: head + 1, last: position, now });
+    this.stmt.upsertStream.run(stream, revision, events.length, head + 1, position, now, now);
     return { revision, position };
   }
 

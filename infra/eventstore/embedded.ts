@@ -65,6 +65,12 @@ export class EmbeddedEventStore implements EventStore {
    * A gap (another process appended in between) restarts it, so it never hides an event.
    */
   private tail: RecordedEvent[] = [];
+  /**
+   * Live subscriptions of this object. Without any (the HTTP thread's store when the projections run in
+   * their own thread) no tail is kept: it would only hold every appended event long enough for the
+   * garbage collector to copy it twice.
+   */
+  private subscribers = 0;
   private readonly stmt;
   /** Prepared filtered reads, by their SQL (a projection's filter is the same on every call). */
   private readonly filtered = new Map<string, Database.Statement>();
@@ -175,6 +181,10 @@ export class EmbeddedEventStore implements EventStore {
   }
 
   private remember({ stream, events }: AppendRequest, result: AppendResult, recordedAt: string): void {
+    if (this.subscribers === 0) {
+      this.tail = [];
+      return;
+    }
     const first = result.position - events.length + 1;
     if (this.tail.length > 0 && this.tail[this.tail.length - 1]!.position !== first - 1) this.tail = [];
     events.forEach((e, i) => {
@@ -243,33 +253,38 @@ export class EmbeddedEventStore implements EventStore {
     // Caught up with the tail (this object's own appends, or the announced ones), the log needs no query
     // until something arrives there or the cross-process poll fires; then it is read for real.
     let mustRead = true;
-    while (!signal?.aborted && !this.closed) {
-      const tailEnd = this.tail.length > 0 ? this.tail[this.tail.length - 1]!.position : -1;
-      let batch = this.fromTail(position, 512);
-      // Read from the log up to here (behind the tail, with a filter: SQLite selects the matching events).
-      let scannedTo = batch?.at(-1)?.position;
-      if (!batch) {
-        if (!mustRead && position === tailEnd) batch = [];
-        else if (hasFilter(filter)) {
-          const head = this.stmt.head.get()?.p ?? 0;
-          batch = head > position ? this.readFiltered(position, head, 512, filter) : [];
-          scannedTo = batch.length === 512 ? batch[511]!.position : head;
-        } else {
-          batch = await this.readAll(position, { limit: 512 });
-          scannedTo = batch.at(-1)?.position;
+    this.subscribers += 1;
+    try {
+      while (!signal?.aborted && !this.closed) {
+        const tailEnd = this.tail.length > 0 ? this.tail[this.tail.length - 1]!.position : -1;
+        let batch = this.fromTail(position, 512);
+        // Read from the log up to here (behind the tail, with a filter: SQLite selects the matching events).
+        let scannedTo = batch?.at(-1)?.position;
+        if (!batch) {
+          if (!mustRead && position === tailEnd) batch = [];
+          else if (hasFilter(filter)) {
+            const head = this.stmt.head.get()?.p ?? 0;
+            batch = head > position ? this.readFiltered(position, head, 512, filter) : [];
+            scannedTo = batch.length === 512 ? batch[511]!.position : head;
+          } else {
+            batch = await this.readAll(position, { limit: 512 });
+            scannedTo = batch.at(-1)?.position;
+          }
         }
+        if (scannedTo === undefined || scannedTo <= position) {
+          mustRead = (await this.waitForAppend(position, signal)) === 'poll';
+          continue;
+        }
+        for (const event of batch) {
+          if (!matchesFilter(event, filter)) continue;
+          yield event;
+          if (signal?.aborted) return;
+        }
+        position = scannedTo;
+        onPosition?.(position);
       }
-      if (scannedTo === undefined || scannedTo <= position) {
-        mustRead = (await this.waitForAppend(position, signal)) === 'poll';
-        continue;
-      }
-      for (const event of batch) {
-        if (!matchesFilter(event, filter)) continue;
-        yield event;
-        if (signal?.aborted) return;
-      }
-      position = scannedTo;
-      onPosition?.(position);
+    } finally {
+      this.subscribers -= 1;
     }
   }
 

@@ -72,3 +72,35 @@ t.test('a filtered subscription reports the positions it read past', async (t) =
   t.ok(passed.includes(11), 'a position with no matching event is reported');
   t.ok(passed.every((p) => p >= 10), 'reported only after the last matching event before it was taken');
 });
+
+t.test('a store keeps no tail without subscribers, and subscriptions that come and go still see every event once', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-notail-')), 'events.db');
+  const store = new EmbeddedEventStore(file);
+  t.teardown(() => store.close());
+  const tailLength = () => (store as unknown as { tail: unknown[] }).tail.length;
+  let n = 0;
+  await Promise.all(Array.from({ length: 50 }, (_, i) => store.append(`before-${i}`, [event(n++)], 'no_stream')));
+  t.equal(tailLength(), 0, 'nobody subscribes: appended events are not kept');
+
+  const follow = async (from: number, count: number, appendMeanwhile: number): Promise<RecordedEvent[]> => {
+    const abort = new AbortController();
+    const seen: RecordedEvent[] = [];
+    const done = (async () => {
+      for await (const e of store.subscribeToAll(from, { signal: abort.signal })) {
+        seen.push(e);
+        if (seen.length === count) abort.abort();
+      }
+    })();
+    for (let i = 0; i < appendMeanwhile; i++) await store.append(`live-${from}-${i}`, [event(n++)], 'no_stream');
+    await done;
+    return seen;
+  };
+  const first = await follow(0, 80, 30);
+  t.same(first.map((e) => e.position), Array.from({ length: 80 }, (_, i) => i + 1), 'history from the log, then live appends from the tail');
+  t.ok(tailLength() > 0, 'while subscribed, appends feed the tail');
+
+  await Promise.all(Array.from({ length: 20 }, (_, i) => store.append(`between-${i}`, [event(n++)], 'no_stream')));
+  const second = await follow(80, 40, 20);
+  t.same(second.map((e) => e.position), Array.from({ length: 40 }, (_, i) => i + 81), 'appends made while nobody listened are read from the log');
+  t.same((await store.readAll(0, { limit: 1000 })).map((e) => e.position), Array.from({ length: 120 }, (_, i) => i + 1));
+});

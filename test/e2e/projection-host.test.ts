@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
@@ -61,6 +61,37 @@ t.test('a projection thread that dies is replaced, and the read models carry on 
   t.same(await got.json(), 1);
   t.not(app.projections.thread, first, 'a new thread');
   t.ok(app.projections.thread);
+});
+
+/** Nice values of this process's threads (Linux: field 19 of /proc/self/task/<tid>/stat). */
+function threadNiceValues(): number[] {
+  return readdirSync('/proc/self/task').flatMap((tid) => {
+    try {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      return [Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])];
+    } catch {
+      return []; // the thread ended meanwhile
+    }
+  });
+}
+
+t.test('the projection thread runs at a lower priority (PROJECTIONS_NICE, 0–19)', { skip: existsSync('/proc/thread-self') ? false : 'no /proc/thread-self here' }, async (t) => {
+  t.notOk(threadNiceValues().includes(7), 'no thread at nice 7 before');
+  const app = await startTestCairn({ PROJECTIONS_NICE: '7' });
+  t.teardown(() => app.stop());
+  await exercise(t, app);
+  // The projection thread, and threads it starts itself (the TypeScript loader's, under tsx), which inherit its priority.
+  t.ok(threadNiceValues().includes(7), 'the projection thread runs at nice 7');
+  const self = readlinkSync('/proc/thread-self').split('/').pop();
+  const http = readFileSync(`/proc/self/task/${self}/stat`, 'utf8');
+  t.equal(Number(http.slice(http.lastIndexOf(')') + 2).split(' ')[16]), 0, 'the HTTP thread keeps its priority');
+  await app.stop();
+  t.notOk(threadNiceValues().includes(7), 'gone with the server');
+
+  const edge = await startTestCairn({ PROJECTIONS_NICE: '19' });
+  await edge.stop();
+  await t.rejects(startTestCairn({ PROJECTIONS_NICE: '20' }), /PROJECTIONS_NICE must be an integer from 0 to 19/);
+  await t.rejects(startTestCairn({ PROJECTIONS_NICE: '-1' }), /PROJECTIONS_NICE must be a non-negative integer/);
 });
 
 t.test('PROJECTIONS_THREAD takes only true or false', async (t) => {
