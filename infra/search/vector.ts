@@ -44,14 +44,19 @@ class ColumnStore {
 
   set(id: string, vector: Float32Array): void {
     let slot = this.slotOf.get(id);
+    const cap0 = this.capacity;
     if (slot === undefined) {
       if (this.count === this.capacity) this.grow();
       slot = this.count++;
       this.ids[slot] = id;
       this.slotOf.set(id, slot);
+      // Slots past `count` are all zero (see remove), so a new vector writes only its non-zero components:
+      // each is a cache line of its own in this layout, and the local embedder's vectors are sparse.
+      const cap = this.capacity;
+      for (let d = 0; d < this.dim; d++) if (vector[d] !== 0) this.data[d * cap + slot] = vector[d]!;
+      return;
     }
-    const cap = this.capacity;
-    for (let d = 0; d < this.dim; d++) this.data[d * cap + slot] = vector[d]!;
+    for (let d = 0; d < this.dim; d++) this.data[d * cap0 + slot] = vector[d]!;
   }
 
   remove(id: string): boolean {
@@ -59,13 +64,15 @@ class ColumnStore {
     if (slot === undefined) return false;
     this.slotOf.delete(id);
     const last = --this.count;
+    const cap = this.capacity;
     if (slot !== last) {
-      const cap = this.capacity;
       for (let d = 0; d < this.dim; d++) this.data[d * cap + slot] = this.data[d * cap + last]!;
       const moved = this.ids[last]!;
       this.ids[slot] = moved;
       this.slotOf.set(moved, slot);
     }
+    // The freed slot goes back to zero, which set() relies on.
+    for (let d = 0; d < this.dim; d++) this.data[d * cap + last] = 0;
     this.ids.length = this.count;
     return true;
   }

@@ -90,6 +90,41 @@ t.test('vector index: cosine, per scope and model', async (t) => {
   t.equal(index.size('g'), 1);
 });
 
+t.test('vector index: sparse vectors through inserts, updates and removals score as exact cosine', async (t) => {
+  // Slots freed by removals are reused by later inserts, which write only their non-zero components:
+  // a stale component left behind in a freed slot would show up here as a wrong score.
+  let seed = 7;
+  const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  const dim = 32;
+  const sparse = () => Float32Array.from({ length: dim }, () => (random() < 0.2 ? random() * 2 - 1 : 0));
+  const index = new BruteForceVectorIndex();
+  const reference = new Map<string, Float32Array>();
+  for (let op = 0; op < 3000; op++) {
+    const id = `m${Math.floor(random() * 120)}`;
+    if (random() < 0.3) {
+      index.remove('s', id);
+      reference.delete(id);
+    } else {
+      const v = sparse();
+      index.upsert('s', id, 'm', v);
+      reference.set(id, v);
+    }
+  }
+  const unit = (v: Float32Array) => { const n = Math.hypot(...v); return n === 0 ? v : v.map((x) => x / n); };
+  let worst = 0;
+  for (let q = 0; q < 20; q++) {
+    const query = sparse();
+    const hits = index.search('s', 'm', query, 1000);
+    t.equal(hits.length, reference.size, 'every live vector ranks once');
+    for (const hit of hits) {
+      const expected = unit(reference.get(hit.id)!).reduce((sum, x, i) => sum + x * unit(query)[i]!, 0);
+      worst = Math.max(worst, Math.abs(hit.score - expected));
+    }
+  }
+  t.ok(worst < 1e-5, `largest score error ${worst}`);
+  t.equal(index.size('s'), reference.size);
+});
+
 t.test('reciprocal rank fusion with k = 60', async (t) => {
   const fused = reciprocalRankFusion([
     [{ id: 'a', score: 9 }, { id: 'b', score: 5 }],
