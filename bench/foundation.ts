@@ -117,17 +117,27 @@ async function httpCommands(dir: string, seconds: number) {
  * append (durable) to the read model having applied it. Measured inside the process that runs both.
  */
 async function projectionLag(dir: string, rate = 1000, seconds = 5) {
-  const config = loadConfig({ DATA_DIR: join(dir, 'lag'), PORT: '0', MEMORY_PORT: '0', AUTH_JWT_SECRET: SECRET });
+  const config = loadConfig({ DATA_DIR: join(dir, 'lag'), PORT: '0', MEMORY_PORT: '0', AUTH_JWT_SECRET: SECRET, PROJECTIONS_NICE: process.env.PROJECTIONS_NICE });
   const cairn = await startCairn({ config, log: createLogger('warn') });
   const auth = await bootstrap(`${cairn.platformUrl}/api/v1`);
   const lags: number[] = [];
   const waits: Promise<void>[] = [];
+  // Commands reach the store through appendAll (CommandBus.handleAll); append is wrapped too for completeness.
+  const acknowledged = (position: number) => {
+    const acked = performance.now();
+    waits.push(cairn.projections.waitFor('project-config', position, 10_000).then(() => { lags.push(performance.now() - acked); }));
+  };
   const append = cairn.events.append.bind(cairn.events);
   cairn.events.append = async (...args) => {
     const result = await append(...args);
-    const acked = performance.now();
-    waits.push(cairn.projections.waitFor('project-config', result.position, 10_000).then(() => { lags.push(performance.now() - acked); }));
+    acknowledged(result.position);
     return result;
+  };
+  const appendAll = cairn.events.appendAll.bind(cairn.events);
+  cairn.events.appendAll = async (...args) => {
+    const results = await appendAll(...args);
+    acknowledged(Math.max(...results.map((r) => r.position)));
+    return results;
   };
   const client = jsonClient(`${cairn.platformUrl}/api/v1`, 64);
   const pending: Promise<unknown>[] = [];
@@ -143,6 +153,7 @@ async function projectionLag(dir: string, rate = 1000, seconds = 5) {
   const achieved = total / ((performance.now() - started) / 1000);
   client.close();
   await cairn.close();
+  if (lags.length < total) throw new Error(`projection lag: ${lags.length} of ${total} commands measured; the store wrapper missed the write path`);
   return { lags, achieved };
 }
 

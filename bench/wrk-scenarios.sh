@@ -51,9 +51,10 @@ fi
 sleep 1
 snapshot() { for t in /proc/$pid/task/*; do echo "$(basename "$t") $(awk "{print \$14+\$15, \$14, \$15}" "$t/stat")"; done | sort; }
 snapshot >"$work/before"
-out=$(wrk -t1 -c"$clients" -d"${seconds}s" --latency -s "$work/s.lua" "$url")
+TIMEFORMAT="wrk CPU: user %U s, system %S s"; out=$( { time wrk -t1 -c"$clients" -d"${seconds}s" --latency -s "$work/s.lua" "$url"; } 2>&1)
 snapshot >"$work/after"
 requests=$(echo "$out" | grep -oP '\d+(?= requests in)')
-echo "$scenario, $clients clients: $(echo "$out" | grep -oP '(?<=Requests/sec:)\s*[\d.]+' | tr -d ' ') req/s, p50 $(echo "$out" | grep -oP '(?<=50%)\s*\S+' | tr -d ' '), p99 $(echo "$out" | grep -oP '(?<=99%)\s*\S+' | tr -d ' ')$(echo "$out" | grep -q Non-2xx && echo ", $(echo "$out" | grep -oP '(?<=Non-2xx or 3xx responses: )\d+') non-2xx")"
+wrkcpu=$(echo "$out" | grep -oP '(?<=wrk CPU: user )[\d.]+ s, system [\d.]+' | awk -v n="$requests" '{ printf "%.0f", ($1 + $4) * 1e6 / n }')
+echo "$scenario, $clients clients: $(echo "$out" | grep -oP '(?<=Requests/sec:)\s*[\d.]+' | tr -d ' ') req/s, p50 $(echo "$out" | grep -oP '(?<=50%)\s*\S+' | tr -d ' '), p99 $(echo "$out" | grep -oP '(?<=99%)\s*\S+' | tr -d ' ')$(echo "$out" | grep -q Non-2xx && echo ", $(echo "$out" | grep -oP '(?<=Non-2xx or 3xx responses: )\d+') non-2xx"); wrk itself: ${wrkcpu} us CPU per request"
 # clock ticks are 10 ms: ticks * 10,000 / requests = microseconds per request
 join "$work/before" "$work/after" | awk -v n="$requests" '{ d = $5 - $2; if (d > 2) printf "  thread %s: %.0f us CPU per request (user %.0f, system %.0f)\n", $1, d * 10000 / n, ($6 - $3) * 10000 / n, ($7 - $4) * 10000 / n }'

@@ -45,7 +45,9 @@ const projections = allProjections(config, {
   memories: remote('memories'),
   vectors: vectors ? remote('vectors') : undefined,
 });
-const runners = projections.map((p) => new ProjectionRunner(p, events, reads, log));
+// This thread's store reads announced commits in gathered chunks (at most every 2 ms): a runner takes
+// what has arrived and applies it at once, with no second window of its own.
+const runners = projections.map((p) => new ProjectionRunner(p, events, reads, log, { batchWindowMs: 0 }));
 for (const runner of runners) {
   await runner.start();
   runner.onProgress((position) => { report().positions[runner.name] = position; });

@@ -55,6 +55,12 @@ export class ProjectionRunner {
     private readonly events: EventStore,
     private readonly store: ReadStore,
     private readonly log?: Logger,
+    /**
+     * `batchWindowMs`: how long a batch waits for more events (default 2 ms). 0 takes only what is already
+     * there: for a store that delivers commits in gathered chunks anyway (the projection thread's, which
+     * reads announced commits at most every 2 ms), a second window would only add lag.
+     */
+    private readonly options: { batchWindowMs?: number } = {},
   ) {
     this.progress.setMaxListeners(0);
   }
@@ -120,8 +126,8 @@ export class ProjectionRunner {
         this.holding = 1;
         let ended = false;
         // Take what arrives within a short window, up to one batch: under load one read-model commit
-        // then covers many commands, at the cost of at most BATCH_WINDOW_MS of extra lag.
-        const window = delay(BATCH_WINDOW_MS);
+        // then covers many commands, at the cost of at most the window of extra lag.
+        const window = delay(this.options.batchWindowMs ?? BATCH_WINDOW_MS);
         while (batch.length < BATCH) {
           const next = iterator.next();
           const result = await Promise.race([next, window]);
@@ -270,6 +276,7 @@ export function waitForPosition(progress: EventEmitter, event: string, current: 
 
 const IDLE = Symbol('idle');
 function delay(ms: number): Promise<typeof IDLE> {
+  if (ms <= 0) return new Promise((resolve) => setImmediate(() => resolve(IDLE)));
   return new Promise((resolve) => setTimeout(() => resolve(IDLE), ms));
 }
 
