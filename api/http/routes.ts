@@ -1,6 +1,6 @@
 import Router, { type RouterMiddleware } from '@koa/router';
 import type Koa from 'koa';
-import getRawBody from 'raw-body';
+import { HttpMethodEnum, koaBody } from 'koa-body';
 import type { Static, TSchema } from 'typebox';
 import type { RequestMeta } from '../../commands/bus.js';
 import type { Logger } from '../../infra/logger.js';
@@ -145,26 +145,46 @@ function takeMinPosition(ctx: Koa.Context, query: Record<string, unknown>, accep
 }
 
 /**
+ * JSON bodies through koa-body (co-body, raw-body): at most 1 MiB after a gzip or deflate Content-Encoding
+ * is undone, any JSON value (a config value may be a scalar), `__proto__` keys rejected (prototype
+ * poisoning), and the text kept to tell an empty body from a JSON value.
+ */
+const parseJsonBody = koaBody({
+  json: true,
+  jsonStrict: false,
+  jsonLimit: BODY_LIMIT_BYTES,
+  jsonTypes: ['application/json', '+json'],
+  text: false,
+  urlencoded: false,
+  multipart: false,
+  includeUnparsed: true,
+  patchNode: false,
+  patchKoa: true,
+  parsedMethods: [HttpMethodEnum.POST, HttpMethodEnum.PUT, HttpMethodEnum.PATCH, HttpMethodEnum.DELETE],
+});
+const nothing = async () => undefined;
+
+/**
  * Reads a JSON body: content type must be JSON, at most 1 MiB, one JSON value and nothing after it
- * (JSON.parse rejects trailing data), not empty.
+ * (JSON.parse rejects trailing data), not empty. Every failure is a 400 problem.
  */
 export async function readJsonBody(ctx: Koa.Context): Promise<unknown> {
   if (!ctx.is('application/json', '+json')) {
     throw badRequest('Content-Type must be application/json', [{ location: 'header.Content-Type', message: 'must be application/json', value: ctx.get('Content-Type') || null }]);
   }
-  let text: string;
   try {
-    text = await getRawBody(ctx.req, { limit: BODY_LIMIT_BYTES, encoding: 'utf8', length: ctx.get('Content-Length') || undefined });
+    await parseJsonBody(ctx, nothing);
   } catch (error) {
-    const type = (error as { type?: string }).type;
+    const { type, status, message } = error as { type?: string; status?: number; message?: string };
     if (type === 'entity.too.large') throw badRequest(`request body exceeds ${BODY_LIMIT_BYTES} bytes`);
     if (type === 'request.aborted') throw new ProblemError(400, 'aborted', 'request body was not received completely');
+    if (type === 'encoding.unsupported' || status === 415) {
+      throw badRequest('unsupported Content-Encoding', [{ location: 'header.Content-Encoding', message: 'must be gzip, deflate or identity', value: ctx.get('Content-Encoding') }]);
+    }
+    if (status === 400 && error instanceof SyntaxError) throw badRequest(`malformed JSON: ${message}`);
     throw badRequest('request body could not be read');
   }
-  if (text.trim() === '') throw badRequest('request body is required');
-  try {
-    return JSON.parse(text);
-  } catch (error) {
-    throw badRequest(`malformed JSON: ${(error as Error).message}`);
-  }
+  const text = (ctx.request as { rawBody?: string }).rawBody;
+  if (text === undefined || text.trim() === '') throw badRequest('request body is required');
+  return ctx.request.body;
 }

@@ -1,3 +1,4 @@
+import { deflateSync, gzipSync } from 'node:zlib';
 import { request } from 'node:http';
 import t, { type Test } from 'tap';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
@@ -10,7 +11,7 @@ t.teardown(() => app.stop());
 const scope = { agent: 'limits', user: 'u' };
 const bytes = (s: string) => Buffer.byteLength(s, 'utf8');
 
-async function send(a: TestCairn, method: string, path: string, init: { json?: unknown; body?: string; headers?: Record<string, string> } = {}) {
+async function send(a: TestCairn, method: string, path: string, init: { json?: unknown; body?: string | Uint8Array<ArrayBuffer>; headers?: Record<string, string> } = {}) {
   const res = await a.memory(path, { method, json: init.json, body: init.body, headers: init.headers });
   const text = await res.text();
   return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : undefined };
@@ -130,6 +131,29 @@ t.test('bodies: unknown fields, trailing JSON, malformed JSON, content type, 1 M
   const over = atLimit.slice(0, -1) + ' }';
   t.equal(bytes(over), MiB + 1);
   is400(t, await send(app, 'POST', '/v1/memories', { body: over, headers: json }), 'exceeds 1048576 bytes', '1 MiB + 1 byte');
+});
+
+t.test('bodies: gzip and deflate, the 1 MiB limit after decompression, prototype-poisoning keys', async (t) => {
+  const headers = (encoding: string) => ({ 'Content-Type': 'application/json', 'Content-Encoding': encoding });
+  const body = JSON.stringify({ scope, text: 'compressed on the wire' });
+  const gz = await send(app, 'POST', '/v1/memories', { body: gzipSync(body), headers: headers('gzip') });
+  t.equal(gz.status, 200, 'gzip body');
+  t.equal(gz.body.text, 'compressed on the wire');
+  t.equal((await send(app, 'POST', '/v1/memories', { body: deflateSync(body), headers: headers('deflate') })).status, 200, 'deflate body');
+  is400(t, await send(app, 'POST', '/v1/memories', { body, headers: headers('br-unknown') }), 'Content-Encoding', 'unknown encoding');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: Buffer.from(body), headers: headers('gzip') }), 'could not be read', 'not actually gzip');
+
+  // The limit counts the JSON, not the compressed bytes: 1 MiB of spaces compresses to about 1 KiB.
+  const MiB = 1024 * 1024;
+  const atLimit = body.slice(0, -1) + ' '.repeat(MiB - bytes(body)) + '}';
+  t.equal(bytes(atLimit), MiB);
+  t.ok(gzipSync(atLimit).length < 4096, 'small on the wire');
+  t.equal((await send(app, 'POST', '/v1/memories', { body: gzipSync(atLimit), headers: headers('gzip') })).status, 200, 'exactly 1 MiB inflated passes');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: gzipSync(atLimit.slice(0, -1) + ' }'), headers: headers('gzip') }), 'exceeds 1048576 bytes', '1 MiB + 1 byte inflated');
+
+  const json = { 'Content-Type': 'application/json' };
+  is400(t, await send(app, 'POST', '/v1/memories', { body: `{"scope": ${JSON.stringify(scope)}, "text": "x", "__proto__": {"admin": true}}`, headers: json }), 'prototype', '__proto__ key');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: `{"scope": ${JSON.stringify(scope)}, "text": "x", "constructor": {"prototype": {"admin": true}}}`, headers: json }), 'constructor', 'constructor.prototype: an unknown field');
 });
 
 t.test('unknown route 404, wrong method 405 with Allow', async (t) => {

@@ -1,3 +1,4 @@
+import { gzipSync } from 'node:zlib';
 import t from 'tap';
 import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
 
@@ -72,6 +73,13 @@ t.test('bodies: JSON only, 1 MiB, one value', async (t) => {
   t.equal(text.status, 400);
   t.match(await text.json(), { errors: [{ location: 'header.Content-Type' }] });
   t.equal((await raw('"x"', 'application/merge-patch+json')).status, 200, '+json types are JSON');
+  const poisoned = await raw('{"theme": "dark", "__proto__": {"isAdmin": true}}');
+  t.equal(poisoned.status, 400, 'a __proto__ key is refused, also inside a free-form value');
+  t.match(await poisoned.json(), { detail: /malformed JSON: .*prototype/ });
+  for (const value of [null, 0, false, 'scalar']) t.equal((await raw(JSON.stringify(value))).status, 200, `scalar ${JSON.stringify(value)}`);
+  const gz = await app.platform(path('zipped'), { method: 'PUT', headers: { ...auth, 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' }, body: gzipSync(JSON.stringify({ a: [1, 2] })) });
+  t.equal(gz.status, 200, 'gzip body');
+  t.same(await (await app.platform(path('zipped'), { headers: { ...auth, 'X-Min-Position': gz.headers.get('x-event-position')! } })).json(), { a: [1, 2] });
 });
 
 t.test('another project\'s key sees nothing', async (t) => {
