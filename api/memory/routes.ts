@@ -1,7 +1,7 @@
 import type { CommandBus, CommandResult } from '../../commands/bus.js';
 import {
   MAX_FACTS_PER_INGEST, MAX_PERSONALITY_BYTES, MAX_SESSION_BYTES, MAX_TEXT_BYTES,
-  memoryDecider, memoryIdFor, memoryStream, normalizeText,
+  memoryDecider, memoryStream, normalizeText, textKey,
   type MemoryEvent, type MemoryState,
 } from '../../domain/memory/decider.js';
 import type { Logger } from '../../infra/logger.js';
@@ -11,7 +11,7 @@ import type { ReadStore } from '../../infra/readstore/port.js';
 import { MEMORIES, MEMORIES_PROJECTION, memoryDocId, type MemoryDoc } from '../../projections/memory/memories.js';
 import { PERSONALITY_PROJECTION } from '../../projections/memory/personality.js';
 import { decodeVector, VECTORS, type VectorDoc } from '../../projections/memory/vectors.js';
-import { ProblemError } from '../http/problem.js';
+import { ProblemError, type ProblemFieldError } from '../http/problem.js';
 import { route, type RouteDef } from '../http/routes.js';
 import { byteLimit, check, nonBlank } from '../http/validation.js';
 import { parseFacts, UnparseableFactsError } from './facts.js';
@@ -58,8 +58,25 @@ function checkText(location: string, value: string, max: number) {
   return [nonBlank(location, value), byteLimit(location, value, max)];
 }
 
+/** Stored texts are NFC-normalised, which can lengthen them (U+0958 is 3 bytes, its NFC form 6): the stored form must fit too. */
+function normalizedLimit(location: string, given: string, normalized: string, max: number): ProblemFieldError | undefined {
+  const bytes = Buffer.byteLength(normalized, 'utf8');
+  if (bytes <= max || Buffer.byteLength(given, 'utf8') > max) return undefined;
+  return { location, message: `must be at most ${max} bytes after Unicode NFC normalisation (is ${bytes})`, value: `${bytes} bytes` };
+}
+
 export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
   const { bus, reads, retrieval } = deps;
+
+  /** Which memory a text stored without an id went to: its event, or, when nothing changed, the live memory holding the text. */
+  function storedIdFor(result: CommandResult<MemoryState, MemoryEvent>, text: string): string {
+    for (const e of result.events) {
+      if ((e.type === 'MemoryStored' || e.type === 'MemoryUpdated') && e.data.text === text) return e.data.memory_id;
+    }
+    const holding = result.state.byText.get(textKey(text))?.[0];
+    if (holding === undefined) throw new ProblemError(409, 'concurrent-delete', 'the memory holding this text was deleted by a concurrent request');
+    return holding;
+  }
 
   /** The memory as stored by a command: from its event, or, when nothing changed, from the scope's state. */
   async function storedView(result: CommandResult<MemoryState, MemoryEvent>, agent: string, user: string, id: string, text: string, session: string | null): Promise<MemoryView> {
@@ -81,7 +98,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/memories', operationId: 'storeMemory', tag: TAG, auth: ['owner'],
       summary: 'Store a memory, or update one by id',
-      description: 'Without `id`, the id is derived from the trimmed, NFC-normalised text: storing the same text again changes nothing and returns the stored memory. With `id`, the memory with that id in the scope is updated (or created with that id if the scope has no live memory with it, e.g. after it was deleted). Responds with the stored memory and `X-Event-Position`.',
+      description: 'The text is stored trimmed and NFC-normalised (at most 8,192 bytes as sent and as stored). Without `id`: a live memory of the scope that already holds the text (whatever its id) is returned, unchanged unless another `session` is given; a new text gets an id derived from it (SHA-256), or, when a memory with that id was since corrected by id to another text, the next free id derived from the text and a counter, so storing an old text again never undoes a correction. With `id`, the memory with that id in the scope is updated (or created with that id if the scope has no live memory with it, e.g. after it was deleted). Responds with the stored memory and `X-Event-Position`.',
       body: StoreMemoryBody,
       responses: { 200: { description: 'the stored memory', schema: MemoryView } },
       errors: WRITE_ERRORS,
@@ -89,10 +106,11 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         check(...checkText('body.text', body.text, MAX_TEXT_BYTES), byteLimit('body.session', body.session ?? undefined, MAX_SESSION_BYTES));
         const { agent, user } = body.scope;
         const text = normalizeText(body.text);
+        check(normalizedLimit('body.text', body.text, text, MAX_TEXT_BYTES));
         const session = sessionOf(body.session);
-        const id = body.id ?? memoryIdFor(text);
         const result = await bus.handle(memoryStream(agent, user), memoryDecider,
-          { type: 'StoreMemory', data: { agent, user, memory_id: id, text, session } }, meta);
+          { type: 'StoreMemory', data: { agent, user, ...(body.id !== undefined ? { memory_id: body.id } : {}), text, session } }, meta);
+        const id = body.id ?? storedIdFor(result, text);
         return { body: await storedView(result, agent, user, id, text, session), position: result.position };
       },
     }),
@@ -168,12 +186,11 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
           throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
         }
         const facts: string[] = [];
-        const ids = new Set<string>();
+        const texts = new Set<string>();
         for (const raw of extracted) {
           const fact = normalizeText(raw);
-          const id = memoryIdFor(fact);
-          if (fact === '' || Buffer.byteLength(fact, 'utf8') > MAX_TEXT_BYTES || ids.has(id)) continue;
-          ids.add(id);
+          if (fact === '' || Buffer.byteLength(fact, 'utf8') > MAX_TEXT_BYTES || texts.has(fact)) continue;
+          texts.add(fact);
           facts.push(fact);
         }
         if (facts.length > MAX_FACTS_PER_INGEST) log.warn({ extracted: facts.length }, `ingest: keeping the first ${MAX_FACTS_PER_INGEST} facts`);
@@ -184,7 +201,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const result = await bus.handle(memoryStream(agent, user), memoryDecider,
           { type: 'IngestFacts', data: { agent, user, session, facts, model: chat.model } }, meta);
         const stored: MemoryView[] = [];
-        for (const fact of facts) stored.push(await storedView(result, agent, user, memoryIdFor(fact), fact, session));
+        for (const fact of facts) stored.push(await storedView(result, agent, user, storedIdFor(result, fact), fact, session));
         return { body: { facts: stored }, position: result.position };
       },
     }),

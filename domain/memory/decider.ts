@@ -19,14 +19,18 @@ export const MAX_FACTS_PER_INGEST = 20;
 /** The text as stored: trimmed and NFC-normalised, so canonically equal texts are one memory. */
 export const normalizeText = (text: string) => text.trim().normalize('NFC');
 
-/** The id of a memory stored without one: same (normalised) text, same id. */
-export function memoryIdFor(text: string): string {
-  return `m_${createHash('sha256').update(normalizeText(text)).digest('hex').slice(0, 32)}`;
+/**
+ * The id a memory stored without one gets: derived from its (normalised) text. `n` > 1 only when that id
+ * belongs to a memory since corrected (by id) to another text: see `resolveId`.
+ */
+export function memoryIdFor(text: string, n = 1): string {
+  const normalized = normalizeText(text);
+  return `m_${createHash('sha256').update(n === 1 ? normalized : `${normalized}\u0000${n}`).digest('hex').slice(0, 32)}`;
 }
 
-/** 64 bits of SHA-256 over text and session: enough to tell "same content" for one id. */
-function fingerprint(text: string, session: string | null): string {
-  return createHash('sha256').update(text).update(session === null ? '\u0001' : `\u0000${session}`).digest('hex').slice(0, 16);
+/** 128 bits of SHA-256 over the stored text: which live memories hold a text, without keeping the texts. */
+export function textKey(text: string): string {
+  return createHash('sha256').update(text).digest('hex').slice(0, 32);
 }
 
 type Scope = { agent: string; user: string };
@@ -42,7 +46,8 @@ export type MemoryEvent = MemoryStored | MemoryUpdated | MemoryDeleted | Persona
 
 export const MEMORY_EVENT_TYPES = ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'PersonalitySet', 'FactsExtracted', 'ScopeDeleted'] as const;
 
-export type StoreMemory = { type: 'StoreMemory'; data: Scope & { memory_id: string; text: string; session: string | null } };
+/** `memory_id` given: store under that id (create or update). Absent: see `resolveId`. */
+export type StoreMemory = { type: 'StoreMemory'; data: Scope & { memory_id?: string; text: string; session: string | null } };
 export type IngestFacts = { type: 'IngestFacts'; data: Scope & { session: string | null; facts: string[]; model: string } };
 export type DeleteMemory = { type: 'DeleteMemory'; data: Scope & { memory_id: string } };
 export type SetPersonality = { type: 'SetPersonality'; data: Scope & { personality: string } };
@@ -50,22 +55,27 @@ export type DeleteScope = { type: 'DeleteScope'; data: Scope };
 export type MemoryCommand = StoreMemory | IngestFacts | DeleteMemory | SetPersonality | DeleteScope;
 
 export interface LiveMemory {
-  fingerprint: string;
+  /** textKey of the stored text. */
+  text_key: string;
+  session: string | null;
   created_at: string;
   updated_at: string;
 }
 
 /**
  * What deciding needs, kept small because the command bus caches it per scope and a scope may hold
- * 100k memories: live ids with a fingerprint of their content (not the texts) and their timestamps.
+ * 100k memories: live ids with a hash of their text (not the texts), their session and timestamps, and
+ * which live memories hold which text.
  *
- * `evolve` mutates `memories` in place and returns a new top-level object: copying 100k entries per
+ * `evolve` mutates `memories` and `byText` in place and returns a new top-level object: copying 100k entries per
  * command would cost more than the command. This is safe with the command bus, which decides commands
  * of one stream one after another on the cached state and drops (and reloads from the log) the cached
  * state whenever an append fails.
  */
 export interface MemoryState {
   memories: Map<string, LiveMemory>;
+  /** textKey → ids of the live memories holding that text, oldest first (explicit ids may repeat a text). */
+  byText: Map<string, string[]>;
   personality: { fingerprint: string; updated_at: string } | null;
 }
 
@@ -74,27 +84,71 @@ type StoreOutcome = MemoryStored | MemoryUpdated;
 function store(state: MemoryState, scope: Scope, memoryId: string, text: string, session: string | null, now: string): StoreOutcome[] {
   const existing = state.memories.get(memoryId);
   if (!existing) return [{ type: 'MemoryStored', data: { ...scope, memory_id: memoryId, text, session, created_at: now } }];
-  if (existing.fingerprint === fingerprint(text, session)) return [];
+  if (existing.text_key === textKey(text) && existing.session === session) return [];
   return [{ type: 'MemoryUpdated', data: { ...scope, memory_id: memoryId, text, session, created_at: existing.created_at, updated_at: now } }];
 }
 
+/**
+ * The memory a text stored without an id goes to. A live memory that already holds the text, however its
+ * id was chosen: storing a text twice is one memory. Otherwise a new one, under the id derived from the
+ * text, or, when a memory with that id was since corrected by id to another text, under the next derived
+ * id that is free: storing the old text again must not undo a correction. `taken`: ids given to other
+ * texts of the same command.
+ */
+export function resolveId(state: MemoryState, text: string, taken: ReadonlySet<string> = new Set()): string {
+  const holding = state.byText.get(textKey(text));
+  if (holding && holding.length > 0) return holding[0]!;
+  for (let n = 1; ; n++) {
+    const id = memoryIdFor(text, n);
+    if (!state.memories.has(id) && !taken.has(id)) return id;
+  }
+}
+
+function personalityFingerprint(personality: string): string {
+  return createHash('sha256').update(personality).digest('hex').slice(0, 16);
+}
+
+function holdText(state: MemoryState, key: string, id: string): void {
+  const ids = state.byText.get(key);
+  if (!ids) state.byText.set(key, [id]);
+  else if (!ids.includes(id)) ids.push(id);
+}
+
+function releaseText(state: MemoryState, key: string, id: string): void {
+  const ids = state.byText.get(key);
+  if (!ids) return;
+  const rest = ids.filter((x) => x !== id);
+  if (rest.length === 0) state.byText.delete(key);
+  else state.byText.set(key, rest);
+}
+
+function remember(state: MemoryState, id: string, memory: LiveMemory): void {
+  const before = state.memories.get(id);
+  if (before) releaseText(state, before.text_key, id);
+  state.memories.set(id, memory);
+  holdText(state, memory.text_key, id);
+}
+
 export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
-  initialState: () => ({ memories: new Map(), personality: null }),
+  initialState: () => ({ memories: new Map(), byText: new Map(), personality: null }),
 
   decide(command, state, ctx): MemoryEvent[] {
     const scope = { agent: command.data.agent, user: command.data.user };
     switch (command.type) {
       case 'StoreMemory': {
         const { memory_id, text, session } = command.data;
-        return store(state, scope, memory_id, text, session, ctx.now);
+        return store(state, scope, memory_id ?? resolveId(state, text), text, session, ctx.now);
       }
       case 'IngestFacts': {
         const { facts, session, model } = command.data;
         const ids = new Set<string>();
+        const texts = new Set<string>();
         const events: Array<StoreOutcome | FactsExtracted> = [];
         for (const fact of facts) {
-          const id = memoryIdFor(fact);
-          if (ids.has(id)) continue;
+          const key = textKey(fact);
+          if (texts.has(key)) continue;
+          texts.add(key);
+          const id = resolveId(state, fact, ids);
           ids.add(id);
           events.push(...store(state, scope, id, fact, session, ctx.now));
         }
@@ -108,7 +162,7 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
         }
         return [{ type: 'MemoryDeleted', data: { ...scope, memory_id: command.data.memory_id, deleted_at: ctx.now } }];
       case 'SetPersonality':
-        if (state.personality?.fingerprint === fingerprint(command.data.personality, null)) return [];
+        if (state.personality?.fingerprint === personalityFingerprint(command.data.personality)) return [];
         return [{ type: 'PersonalitySet', data: { ...scope, personality: command.data.personality, updated_at: ctx.now } }];
       case 'DeleteScope':
         if (state.memories.size === 0 && state.personality === null) return [];
@@ -123,22 +177,25 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
   evolve(state, event) {
     switch (event.type) {
       case 'MemoryStored':
-        state.memories.set(event.data.memory_id, {
-          fingerprint: fingerprint(event.data.text, event.data.session), created_at: event.data.created_at, updated_at: event.data.created_at,
+        remember(state, event.data.memory_id, {
+          text_key: textKey(event.data.text), session: event.data.session, created_at: event.data.created_at, updated_at: event.data.created_at,
         });
-        return { memories: state.memories, personality: state.personality };
+        return { memories: state.memories, byText: state.byText, personality: state.personality };
       case 'MemoryUpdated':
-        state.memories.set(event.data.memory_id, {
-          fingerprint: fingerprint(event.data.text, event.data.session), created_at: event.data.created_at, updated_at: event.data.updated_at,
+        remember(state, event.data.memory_id, {
+          text_key: textKey(event.data.text), session: event.data.session, created_at: event.data.created_at, updated_at: event.data.updated_at,
         });
-        return { memories: state.memories, personality: state.personality };
-      case 'MemoryDeleted':
+        return { memories: state.memories, byText: state.byText, personality: state.personality };
+      case 'MemoryDeleted': {
+        const before = state.memories.get(event.data.memory_id);
+        if (before) releaseText(state, before.text_key, event.data.memory_id);
         state.memories.delete(event.data.memory_id);
-        return { memories: state.memories, personality: state.personality };
+        return { memories: state.memories, byText: state.byText, personality: state.personality };
+      }
       case 'PersonalitySet':
-        return { memories: state.memories, personality: { fingerprint: fingerprint(event.data.personality, null), updated_at: event.data.updated_at } };
+        return { memories: state.memories, byText: state.byText, personality: { fingerprint: personalityFingerprint(event.data.personality), updated_at: event.data.updated_at } };
       case 'ScopeDeleted':
-        return { memories: new Map(), personality: null };
+        return { memories: new Map(), byText: new Map(), personality: null };
       case 'FactsExtracted':
         return state;
       default:

@@ -107,6 +107,19 @@ t.test('personality: non-empty, at most 8,192 bytes', async (t) => {
   is400(t, await send(app, 'PUT', '/v1/personality', { json: { scope } }), 'personality', 'missing');
 });
 
+t.test('text: the 8,192-byte limit holds for the stored (NFC-normalised) form too', async (t) => {
+  // U+0958 is 3 bytes; its NFC form (U+0915 U+093C) is 6.
+  const expanding = '\u0958'.repeat(2730);
+  t.equal(bytes(expanding), 8190);
+  t.ok(bytes(expanding.normalize('NFC')) > 8192);
+  is400(t, await post('/v1/memories', { scope, text: expanding }), 'NFC', 'within the limit as sent, over it as stored');
+  const fits = '\u0958'.repeat(1365) + 'x'.repeat(2);
+  t.equal(bytes(fits.normalize('NFC')), 8192);
+  const ok = await post('/v1/memories', { scope, text: fits });
+  t.equal(ok.status, 200, 'exactly 8,192 bytes once normalised');
+  t.equal(bytes(ok.body.text), 8192);
+});
+
 t.test('bodies: unknown fields, trailing JSON, malformed JSON, content type, 1 MiB', async (t) => {
   is400(t, await post('/v1/memories', { scope, text: 'x', tags: ['a'] }), 'tags', 'unknown top-level field');
   is400(t, await post('/v1/memories', { scope: { ...scope, tenant: 't' }, text: 'x' }), 'tenant', 'unknown field in scope');

@@ -73,6 +73,29 @@ t.test('store with an id updates that memory inside the scope', async (t) => {
   t.same((await search(other, 'colour')).body.results.map((r: { text: string }) => r.text), ['my favourite colour is red']);
 });
 
+t.test('storing the old text again does not undo a correction by id; one memory per text', async (t) => {
+  const scope = freshScope();
+  const porto = await store(scope, 'Sam lives in Porto');
+  const lisbon = await store(scope, 'Sam lives in Lisbon', { id: porto.body.id });
+  t.match(lisbon.body, { id: porto.body.id, text: 'Sam lives in Lisbon' }, 'corrected by id');
+  const again = await store(scope, 'Sam lives in Porto');
+  t.equal(again.status, 200);
+  t.not(again.body.id, porto.body.id, 'a new memory, not the corrected one overwritten');
+  t.equal(again.body.text, 'Sam lives in Porto');
+  t.match(again.body.id, /^m_[0-9a-f]{32}$/);
+  const third = await store(scope, 'Sam lives in Porto');
+  t.equal(third.body.id, again.body.id, 'and storing it once more is that memory');
+  t.equal(third.headers.get('x-event-position'), again.headers.get('x-event-position'), 'nothing appended');
+  const exported = (await call(app, 'GET', `/v1/export?${q(scope)}`)).body;
+  t.same(exported.memories.map((m: { id: string; text: string }) => [m.id, m.text]).sort(),
+    [[porto.body.id, 'Sam lives in Lisbon'], [again.body.id, 'Sam lives in Porto']].sort());
+
+  // A text held by a memory with a supplied id is that memory, also for a store without id.
+  await store(scope, 'vegetarian since 2019', { id: 'diet' });
+  const plain = await store(scope, 'vegetarian since 2019');
+  t.equal(plain.body.id, 'diet');
+});
+
 t.test('search modes: lexical (default), semantic and hybrid', async (t) => {
   const scope = freshScope();
   const tea = (await store(scope, 'I drink green tea every morning')).body.id;

@@ -98,6 +98,46 @@ t.test('IngestFacts: each fact like a store without id, duplicates once, then Fa
     ]);
 });
 
+t.test('StoreMemory without id: one memory per text, and a correction by id is never undone', async (t) => {
+  const storeText = (text: string, session: string | null = null): MemoryCommand => ({ type: 'StoreMemory', data: { ...scope, text, session } });
+  const porto = memoryIdFor('Sam lives in Porto');
+  const updated = (id: string, text: string): MemoryEvent =>
+    ({ type: 'MemoryUpdated', data: { ...scope, memory_id: id, text, session: null, created_at: T0, updated_at: T0 } });
+  const deleted = (id: string): MemoryEvent => ({ type: 'MemoryDeleted', data: { ...scope, memory_id: id, deleted_at: T0 } });
+
+  t.test('a new text: the id derived from it', async (t) => given([], t).when(storeText('Sam lives in Porto'), T0).then([stored(porto, 'Sam lives in Porto')]));
+  t.test('the same text again: nothing', async (t) => given([stored(porto, 'Sam lives in Porto')], t).when(storeText('Sam lives in Porto')).then([]));
+  t.test('the same text in another session: that memory moves to the session', async (t) => given([stored(porto, 'Sam lives in Porto')], t)
+    .when(storeText('Sam lives in Porto', 's2')).then([
+      { type: 'MemoryUpdated', data: { ...scope, memory_id: porto, text: 'Sam lives in Porto', session: 's2', created_at: T0, updated_at: T1 } },
+    ]));
+  t.test('the old text after a correction by id: a new memory under the next derived id', async (t) => given([
+    stored(porto, 'Sam lives in Porto'), updated(porto, 'Sam lives in Lisbon'),
+  ], t).when(storeText('Sam lives in Porto')).then([stored(memoryIdFor('Sam lives in Porto', 2), 'Sam lives in Porto', null, T1)]));
+  t.test('... and once more: that new memory, no third one', async (t) => given([
+    stored(porto, 'Sam lives in Porto'), updated(porto, 'Sam lives in Lisbon'), stored(memoryIdFor('Sam lives in Porto', 2), 'Sam lives in Porto'),
+  ], t).when(storeText('Sam lives in Porto')).then([]));
+  t.test('a text held by a memory with a supplied id: that memory', async (t) => given([stored('diet', 'vegetarian')], t)
+    .when(storeText('vegetarian')).then([]));
+  t.test('after that memory is deleted: a new one under the derived id', async (t) => given([stored('diet', 'vegetarian'), deleted('diet')], t)
+    .when(storeText('vegetarian')).then([stored(memoryIdFor('vegetarian'), 'vegetarian', null, T1)]));
+  t.test('of two memories holding a text, the older one', async (t) => given([stored('a', 'tea'), stored('b', 'tea'), updated('a', 'coffee')], t)
+    .when(storeText('tea')).then([]));
+  t.test('ingest: the same rules, per fact', async (t) => given([
+    stored(porto, 'Sam lives in Porto'), updated(porto, 'Sam lives in Lisbon'), stored('diet', 'vegetarian'),
+  ], t).when({ type: 'IngestFacts', data: { ...scope, session: null, facts: ['Sam lives in Porto', 'vegetarian', 'Sam lives in Porto'], model: 'm' } }).then([
+    stored(memoryIdFor('Sam lives in Porto', 2), 'Sam lives in Porto', null, T1),
+    { type: 'FactsExtracted', data: { ...scope, session: null, memory_ids: [memoryIdFor('Sam lives in Porto', 2), 'diet'], model: 'm', extracted_at: T1 } },
+  ]));
+  t.test('evolve keeps the text index in step through updates, deletes and scope deletion', async (t) => {
+    const state = [stored('a', 'tea'), stored('b', 'tea'), updated('a', 'coffee'), stored('c', 'milk'), deleted('c'),
+    ].reduce<MemoryState>((s, e) => memoryDecider.evolve(s, e), memoryDecider.initialState());
+    t.same([...state.byText.values()].sort(), [['a'], ['b']], 'coffee → a, tea → b; milk gone');
+    const cleared = memoryDecider.evolve(state, { type: 'ScopeDeleted', data: { ...scope, memory_count: 2, personality: false, deleted_at: T0 } });
+    t.equal(cleared.byText.size, 0);
+  });
+});
+
 t.test('evolve returns a new top-level state', async (t) => {
   const s0 = memoryDecider.initialState();
   const s1 = memoryDecider.evolve(s0, stored('m1', 'tea'));
