@@ -1,6 +1,7 @@
 import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 import { loadConfig } from '../infra/config.js';
+import { createLogger } from '../infra/logger.js';
 import { allProjections } from '../projections/index.js';
 import type { Projection } from '../projections/projection.js';
 import { rebuildProjection } from '../projections/rebuild.js';
@@ -8,8 +9,8 @@ import { projectionStatus } from '../projections/runner.js';
 import { printJson, printTable } from './output.js';
 import { OpsError, withStores } from './runtime.js';
 
-/** The projections the CLI knows are the server's: one list. */
-const known: readonly Projection[] = allProjections(loadConfig());
+/** The projections the CLI knows are the server's: one list. Problems while rebuilding (a text the embeddings provider refuses) are logged on stderr. */
+const known: readonly Projection[] = allProjections(loadConfig(), {}, createLogger(process.env.LOG_LEVEL ?? 'warn', { toStderr: true }));
 
 function findProjection(name: string): Projection {
   const projection = known.find((p) => p.name === name);

@@ -44,7 +44,7 @@ const projections = allProjections(config, {
   keys: (batch) => note({ sink: 'keys', batch }),
   memories: remote('memories'),
   vectors: vectors ? remote('vectors') : undefined,
-});
+}, log);
 // This thread's store reads announced commits in gathered chunks (at most every 2 ms): a runner takes
 // what has arrived and applies it at once, with no second window of its own.
 const runners = projections.map((p) => new ProjectionRunner(p, events, reads, log, { batchWindowMs: 0 }));

@@ -43,7 +43,7 @@ class InlineHost implements ProjectionHost {
   private constructor(private readonly runners: Map<string, ProjectionRunner>) {}
 
   static async start({ config, events, reads, sinks, log }: HostOptions): Promise<InlineHost> {
-    const runners = new Map(allProjections(config, sinks).map((p) => [p.name, new ProjectionRunner(p, events, reads, log)]));
+    const runners = new Map(allProjections(config, sinks, log).map((p) => [p.name, new ProjectionRunner(p, events, reads, log)]));
     for (const runner of runners.values()) await runner.start();
     return new InlineHost(runners);
   }

@@ -1,3 +1,4 @@
+import type { Logger } from '../infra/logger.js';
 import type { Config } from '../infra/config.js';
 import type { RecordedEvent } from '../infra/eventstore/port.js';
 import { createEmbedder } from '../infra/providers/embeddings.js';
@@ -29,7 +30,7 @@ export interface ProjectionSinks {
  * sinks this is what the operator CLI rebuilds; the server passes its sinks (or proxies of them when
  * the projections run in their own thread).
  */
-export function allProjections(config: Pick<Config, 'providers'>, sinks: ProjectionSinks = {}): Projection[] {
+export function allProjections(config: Pick<Config, 'providers'>, sinks: ProjectionSinks = {}, log?: Logger): Projection[] {
   const embedder = createEmbedder(config.providers);
   const { keys } = sinks;
   const apiKeys: Projection = !keys ? apiKeysProjection : {
@@ -39,6 +40,6 @@ export function allProjections(config: Pick<Config, 'providers'>, sinks: Project
   return [
     projectsProjection, apiKeys, configProjection, agentsProjection,
     memoriesProjection(sinks.memories), personalityProjection,
-    ...(embedder ? [vectorsProjection(embedder, sinks.vectors)] : []),
+    ...(embedder ? [vectorsProjection(embedder, sinks.vectors, log)] : []),
   ];
 }

@@ -2,6 +2,8 @@ import type { MemoryDeleted, MemoryStored, MemoryUpdated, ScopeDeleted } from '.
 import type { RecordedEvent } from '../../infra/eventstore/port.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import type { Embedder } from '../../infra/providers/embeddings.js';
+import type { ProviderError } from '../../infra/providers/http.js';
+import type { Logger } from '../../infra/logger.js';
 import type { VectorIndex } from '../../infra/search/vector.js';
 import type { Projection } from '../projection.js';
 import { allDocs, deleteScopeDocs, memoryDocId, scopeKey } from './memories.js';
@@ -70,6 +72,7 @@ export function vectorsIndexSync(reads: ReadStore, vectors: VectorIndex, model: 
       const scope = scopeKey(e.data.agent, e.data.user);
       if (e.type === 'MemoryStored' || e.type === 'MemoryUpdated') {
         if (vector) vectors.upsert(scope, e.data.memory_id, model, vector);
+        else vectors.remove(scope, e.data.memory_id); // the provider refused this text: no (stale) vector
       } else if (e.type === 'MemoryDeleted') vectors.remove(scope, e.data.memory_id);
       else if (e.type === 'ScopeDeleted') vectors.dropScope(scope);
     }
@@ -77,15 +80,43 @@ export function vectorsIndexSync(reads: ReadStore, vectors: VectorIndex, model: 
 }
 
 /**
- * One embedding per live memory, with the model name and dimension. Embeddings are computed in
- * `prepare`, before the read store's transaction opens, so no provider call happens inside it; a failing
- * provider fails the batch and the runner retries it from its checkpoint. Rebuilding this projection
- * re-embeds every live memory from the log with the configured model. With a `sink`, committed batches
- * (with their vectors) also go to the vector index (see vectorsIndexSync).
+ * A provider's answer that will not change by asking again: a 4xx other than 408 (timeout) and 429 (rate
+ * limit), e.g. a text over the model's context length. Anything else (network, timeouts, 5xx, 429) is
+ * worth retrying.
  */
-export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[]>): Projection {
-  /** Event id → its text's embedding, from `prepare` until the batch has been committed. */
-  const prepared = new Map<string, Float32Array>();
+export function isPermanentRefusal(error: unknown): boolean {
+  const status = (error as { name?: string; status?: number })?.name === 'ProviderError' ? (error as { status?: number }).status : undefined;
+  return status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
+}
+
+/**
+ * One embedding per live memory, with the model name and dimension. Embeddings are computed in
+ * `prepare`, before the read store's transaction opens, so no provider call happens inside it. A provider
+ * that fails for a while (network, 5xx, 429) fails the batch, and the runner retries it from its checkpoint
+ * until the provider answers: until then reads that need vectors wait, then answer 503. A provider that
+ * refuses a batch for good (a 4xx) is asked for each text on its own, and a text it still refuses gets no
+ * vector (logged, and any older vector of the memory is dropped): one text must not stop the projection
+ * for every scope. The memory stays in lexical search and export; rebuilding this projection re-embeds
+ * every live memory from the log with the configured model. With a `sink`, committed batches (with their
+ * vectors) also go to the vector index (see vectorsIndexSync).
+ */
+export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[]>, log?: Logger): Projection {
+  /** Event id → its text's embedding (null: refused by the provider), from `prepare` until the batch has been committed. */
+  const prepared = new Map<string, Float32Array | null>();
+
+  async function embedEach(events: Array<RecordedEvent & (MemoryStored | MemoryUpdated)>): Promise<void> {
+    for (const e of events) {
+      try {
+        prepared.set(e.id, (await embedder.embed([e.data.text]))[0]!);
+      } catch (error) {
+        if (!isPermanentRefusal(error)) throw error;
+        const { status, body } = error as ProviderError;
+        log?.error({ provider: 'embeddings', status, upstream_reply: body, agent: e.data.agent, user: e.data.user, memory_id: e.data.memory_id, position: e.position },
+          'embeddings: the provider refused this memory\'s text; it gets no vector (rebuild memory-vectors to try again)');
+        prepared.set(e.id, null);
+      }
+    }
+  }
 
   return {
     name: VECTORS_PROJECTION,
@@ -94,7 +125,14 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
     async prepare(events) {
       const toEmbed = events.filter((e) => e.type === 'MemoryStored' || e.type === 'MemoryUpdated') as unknown as Array<RecordedEvent & (MemoryStored | MemoryUpdated)>;
       if (toEmbed.length === 0) return;
-      const vectors = await embedder.embed(toEmbed.map((e) => e.data.text));
+      let vectors: Float32Array[];
+      try {
+        vectors = await embedder.embed(toEmbed.map((e) => e.data.text));
+      } catch (error) {
+        if (!isPermanentRefusal(error)) throw error;
+        await embedEach(toEmbed);
+        return;
+      }
       toEmbed.forEach((e, i) => prepared.set(e.id, vectors[i]!));
     },
     async apply(event, writer) {
@@ -104,10 +142,14 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
         case 'MemoryStored':
         case 'MemoryUpdated': {
           let vector = prepared.get(event.id);
-          if (!vector) {
+          if (vector === undefined) {
             // Only if the same projection object serves two runners at once; normally `prepare` did this.
-            vector = (await embedder.embed([e.data.text]))[0]!;
-            prepared.set(event.id, vector);
+            await embedEach([event as RecordedEvent & (MemoryStored | MemoryUpdated)]);
+            vector = prepared.get(event.id)!;
+          }
+          if (vector === null) {
+            await writer.delete(VECTORS, memoryDocId(agent, user, e.data.memory_id), event.position);
+            return;
           }
           await writer.put<VectorDoc>(VECTORS, {
             id: memoryDocId(agent, user, e.data.memory_id), agent, user, memory_id: e.data.memory_id,
@@ -124,7 +166,7 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
       }
     },
     afterCommit(events, generation) {
-      const batch = events.map((event) => ({ event: event as unknown as Handled, vector: prepared.get(event.id) }));
+      const batch = events.map((event) => ({ event: event as unknown as Handled, vector: prepared.get(event.id) ?? undefined }));
       for (const event of events) prepared.delete(event.id);
       sink?.afterCommit(batch, generation);
     },

@@ -267,3 +267,69 @@ t.test('EMBEDDINGS_PROVIDER=openai: vectors from the provider, stored with model
   isGeneric500(t, await remote.memory('POST', '/v1/search', { scope, query: 'pears', mode: 'hybrid' }), 'EMBED-SECRET', remote.logs);
   t.equal((await remote.memory('POST', '/v1/search', { scope, query: 'pears' })).status, 200, 'lexical does not need the provider');
 });
+
+for (const thread of ['true', 'false']) t.test(`embeddings: a text the provider refuses for good gets no vector, and the projection carries on (PROJECTIONS_THREAD=${thread})`, async (t) => {
+  const embedServer = await startOpenAiServer();
+  t.teardown(() => embedServer.close());
+  const remote = await startApp({
+    EMBEDDINGS_PROVIDER: 'openai', EMBEDDINGS_BASE_URL: embedServer.url, LLM_EMBEDDING_MODEL: 'test-embed-16',
+    LLM_TIMEOUT_MS: '1000', LLM_MAX_RETRIES: '0', CONSISTENCY_TIMEOUT_MS: '1500', PROJECTIONS_THREAD: thread,
+  });
+  t.teardown(() => remote.stop());
+  const scope = freshScope();
+  // Refused as a batch and then on its own (e.g. over the model's context length).
+  const refusal = { status: 400, json: { error: { message: 'REFUSED-SECRET: maximum context length exceeded' } } };
+  embedServer.embeddings.push(refusal, refusal);
+  const bad = await remote.memory('POST', '/v1/memories', { scope, text: 'a text the model refuses' });
+  t.equal(bad.status, 200, 'storing does not depend on the provider');
+  const good = await remote.memory('POST', '/v1/memories', { scope, text: 'apples and pears' });
+  const semantic = await remote.memory('POST', '/v1/search', { scope, query: 'pears', mode: 'semantic' });
+  t.equal(semantic.status, 200, semantic.text);
+  t.same(semantic.body.results.map((r: { id: string }) => r.id), [good.body.id], 'later memories are embedded; the refused one has no vector');
+  const lexical = await remote.memory('POST', '/v1/search', { scope, query: 'refuses' });
+  t.same(lexical.body.results.map((r: { id: string }) => r.id), [bad.body.id], 'the refused memory is still found lexically');
+  const exported = await remote.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
+  t.equal(exported.status, 200);
+  const byId = new Map(exported.body.memories.map((m: { id: string }) => [m.id, m]));
+  t.equal((byId.get(bad.body.id) as { vector?: unknown }).vector, undefined, 'exported without a vector');
+  t.equal((byId.get(good.body.id) as { vector: number[] }).vector.length, 16);
+  if (thread === 'false') {
+    // (The projection thread logs to the process's stdout, which this test does not capture.)
+    const logged = remote.logs.find((l) => l.memory_id === bad.body.id);
+    t.ok(logged, 'the refusal is logged with the memory');
+    t.match(JSON.stringify(logged), /REFUSED-SECRET/);
+  }
+
+  // Updating the refused memory to a text the provider takes gives it a vector.
+  const fixed = await remote.memory('POST', '/v1/memories', { scope, id: bad.body.id, text: 'pears, shorter' });
+  t.equal(fixed.status, 200);
+  const again = await remote.memory('POST', '/v1/search', { scope, query: 'pears', mode: 'semantic' });
+  t.same(again.body.results.map((r: { id: string }) => r.id).sort(), [good.body.id, bad.body.id].sort());
+});
+
+t.test('embeddings: while the provider is down, reads that need vectors answer 503 and catch up after', async (t) => {
+  const embedServer = await startOpenAiServer();
+  t.teardown(() => embedServer.close());
+  const remote = await startApp({
+    EMBEDDINGS_PROVIDER: 'openai', EMBEDDINGS_BASE_URL: embedServer.url, LLM_EMBEDDING_MODEL: 'test-embed-16',
+    LLM_TIMEOUT_MS: '1000', LLM_MAX_RETRIES: '0', CONSISTENCY_TIMEOUT_MS: '1200',
+  });
+  t.teardown(() => remote.stop());
+  const scope = freshScope();
+  for (let i = 0; i < 30; i++) embedServer.embeddings.push({ status: 503, json: { error: 'DOWN' } });
+  const stored = await remote.memory('POST', '/v1/memories', { scope, text: 'stored while embeddings are down' });
+  t.equal(stored.status, 200, 'storing does not depend on the provider');
+  const lexical = await remote.memory('POST', '/v1/search', { scope, query: 'down' });
+  t.equal(lexical.status, 200, 'lexical search does not wait for vectors');
+  t.same(lexical.body.results.map((r: { id: string }) => r.id), [stored.body.id]);
+  const waiting = await remote.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
+  t.equal(waiting.status, 503, 'export waits for the vectors, bounded');
+  t.equal(waiting.headers.get('retry-after'), '1');
+  embedServer.embeddings.length = 0; // the provider is back
+  let exported = waiting;
+  for (let attempt = 0; attempt < 5 && exported.status !== 200; attempt++) {
+    exported = await remote.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
+  }
+  t.equal(exported.status, 200, 'caught up once the provider answers (the runner retries every second)');
+  t.equal(exported.body.memories[0].vector.length, 16);
+});
