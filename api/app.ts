@@ -93,7 +93,7 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
     waitFor,
   }, config, log, clock);
   const authenticateOwner = ownerAuthenticator(config.memory.ownerToken);
-  const memoryApp = createMemoryApp(memory.routes, { authenticate: (ctx) => authenticateOwner(ctx), waitFor }, config, log);
+  const memoryApp = createMemoryApp(memory.routes, { authenticate: (ctx) => authenticateOwner(ctx), waitFor, jsonTypes: ['application/json'] }, config, log);
 
   const platformServer = await listen(platformApp, config.host, config.port);
   const memoryServer = await listen(memoryApp, config.host, config.memoryPort);

@@ -96,7 +96,8 @@ function loadProviders(env: NodeJS.ProcessEnv): ProvidersConfig {
     embeddings: {
       provider,
       baseUrl: embeddingsBaseUrl,
-      apiKey: optional(env.EMBEDDINGS_API_KEY) ?? optional(env.LLM_API_KEY),
+      // LLM_API_KEY only goes where LLM_BASE_URL points: never to another host's embeddings endpoint.
+      apiKey: optional(env.EMBEDDINGS_API_KEY) ?? (embeddingsBaseUrl === llmBaseUrl ? optional(env.LLM_API_KEY) : undefined),
       model: optional(env.LLM_EMBEDDING_MODEL) ?? 'text-embedding-3-small',
     },
   };

@@ -69,6 +69,8 @@ export function route<P extends TSchema, Q extends TSchema, B extends TSchema>(d
 export interface Mounting {
   authenticate(ctx: Koa.Context, accepted: AuthKind[]): Promise<Principal>;
   waitFor(projections: string[], position: number): Promise<void>;
+  /** Content types a JSON body may have (type-is patterns); default `application/json` and `+json` types. */
+  jsonTypes?: string[];
 }
 
 /** Mounts routes on a router in the same order everywhere: auth → validation → consistency → handler. */
@@ -102,7 +104,7 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
       const call: Call<unknown, unknown, unknown> = {
         params: params ? params.parse(ctx.params) : ctx.params,
         query: query ? query.parse(rawQuery) : rejectUnknownQuery(rawQuery),
-        body: body ? body.parse(await readJsonBody(ctx)) : undefined,
+        body: body ? body.parse(await readJsonBody(ctx, mounting.jsonTypes)) : undefined,
         principal,
         meta,
         koa: ctx,
@@ -168,8 +170,8 @@ const nothing = async () => undefined;
  * Reads a JSON body: content type must be JSON, at most 1 MiB, one JSON value and nothing after it
  * (JSON.parse rejects trailing data), not empty. Every failure is a 400 problem.
  */
-export async function readJsonBody(ctx: Koa.Context): Promise<unknown> {
-  if (!ctx.is('application/json', '+json')) {
+export async function readJsonBody(ctx: Koa.Context, types: string[] = ['application/json', '+json']): Promise<unknown> {
+  if (!ctx.is(types)) {
     throw badRequest('Content-Type must be application/json', [{ location: 'header.Content-Type', message: 'must be application/json', value: ctx.get('Content-Type') || null }]);
   }
   try {

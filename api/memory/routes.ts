@@ -193,6 +193,11 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
           texts.add(fact);
           facts.push(fact);
         }
+        if (extracted.length > 0 && facts.length === 0) {
+          // Blank or over the text limit, every one: not "the text held no facts".
+          log.error({ provider: 'chat', extracted: extracted.length, upstream_reply: reply.slice(0, 2000) }, 'ingest: none of the extracted facts can be stored (blank or over 8,192 bytes)');
+          throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
+        }
         if (facts.length > MAX_FACTS_PER_INGEST) log.warn({ extracted: facts.length }, `ingest: keeping the first ${MAX_FACTS_PER_INGEST} facts`);
         facts.splice(MAX_FACTS_PER_INGEST);
         if (facts.length === 0) return { body: { facts: [] } };

@@ -136,6 +136,10 @@ t.test('bodies: unknown fields, trailing JSON, malformed JSON, content type, 1 M
   is400(t, await send(app, 'POST', '/v1/memories', { body: valid }), 'Content-Type', 'POST without content type');
   is400(t, await send(app, 'PUT', '/v1/personality', { body: JSON.stringify({ scope, personality: 'p' }), headers: { 'Content-Type': 'application/x-www-form-urlencoded' } }), 'Content-Type', 'PUT form');
   is400(t, await send(app, 'POST', '/v1/memories', { body: '[]', headers: json }), 'body', 'array body');
+  // The spec asks for application/json itself: other JSON-based types are refused here (the platform takes them).
+  is400(t, await send(app, 'POST', '/v1/memories', { body: valid, headers: { 'Content-Type': 'application/merge-patch+json' } }), 'Content-Type', '+json type');
+  is400(t, await send(app, 'PUT', '/v1/personality', { body: JSON.stringify({ scope, personality: 'p' }), headers: { 'Content-Type': 'application/vnd.foo+json' } }), 'Content-Type', 'vendor +json type');
+  t.equal((await send(app, 'POST', '/v1/memories', { body: JSON.stringify({ scope, text: 'with charset' }), headers: { 'Content-Type': 'application/json; charset=utf-8' } })).status, 200, 'parameters are fine');
 
   const MiB = 1024 * 1024;
   const atLimit = valid.slice(0, -1) + ' '.repeat(MiB - bytes(valid)) + '}';

@@ -137,6 +137,14 @@ t.test('ingest: an unreadable reply is a 500, never an empty success', async (t)
   isGeneric500(t, res, 'UNREADABLE-REPLY-7', app.logs);
   server.chat.push('{"memories": ["x"]} WRONG-SHAPE-8');
   isGeneric500(t, await app.memory('POST', '/v1/ingest', { scope, text: 'chat' }), 'WRONG-SHAPE-8', app.logs);
+  server.chat.push('{"facts": [{"name": "Sam"}, 42], "note": "NO-FACT-ITEMS-9"}');
+  isGeneric500(t, await app.memory('POST', '/v1/ingest', { scope, text: 'chat' }), 'NO-FACT-ITEMS-9', app.logs);
+  server.chat.push(JSON.stringify({ note: 'UNUSABLE-FACTS-10', facts: ['   ', 'x'.repeat(8193)] }));
+  isGeneric500(t, await app.memory('POST', '/v1/ingest', { scope, text: 'chat' }), 'UNUSABLE-FACTS-10', app.logs);
+  server.chat.push('{"facts": []}');
+  const none = await app.memory('POST', '/v1/ingest', { scope, text: 'chat' });
+  t.equal(none.status, 200, 'an explicitly empty list is "no facts"');
+  t.same(none.body, { facts: [] });
   t.same((await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`)).body.memories, [], 'nothing stored');
 });
 

@@ -159,4 +159,7 @@ t.test('parseFacts tolerates what local models send', async (t) => {
   t.throws(() => parseFacts('I could not find any facts.'), UnparseableFactsError);
   t.throws(() => parseFacts('{"memories": ["likes tea"]}'), UnparseableFactsError, 'wrong shape is not "no facts"');
   t.throws(() => parseFacts('{"facts": ["likes tea"'), UnparseableFactsError, 'truncated');
+  t.same(parseFacts('Sure! Facts: ["likes tea", "has a dog"] Hope this helps.'), ['likes tea', 'has a dog'], 'bare array in prose');
+  t.throws(() => parseFacts('{"facts": [{"name": "Sam"}]}'), UnparseableFactsError, 'items, none of them a fact');
+  t.throws(() => parseFacts('{"facts": [42, true]}'), UnparseableFactsError, 'scalars are not facts');
 });

@@ -1,0 +1,19 @@
+import t from 'tap';
+import { loadConfig } from '../../infra/config.js';
+
+t.test('the LLM key only goes to the LLM base URL', async (t) => {
+  const base = { LLM_BASE_URL: 'https://llm.example/v1', LLM_API_KEY: 'sk-llm', EMBEDDINGS_PROVIDER: 'openai' };
+  t.equal(loadConfig(base).providers.embeddings.apiKey, 'sk-llm', 'embeddings on the same base URL use it');
+  t.equal(loadConfig({ ...base, EMBEDDINGS_BASE_URL: 'https://llm.example/v1/' }).providers.embeddings.apiKey, 'sk-llm', 'the same URL with a trailing slash');
+  t.equal(loadConfig({ ...base, EMBEDDINGS_BASE_URL: 'https://other.example/v1' }).providers.embeddings.apiKey, undefined, 'another host does not get it');
+  t.equal(loadConfig({ ...base, EMBEDDINGS_BASE_URL: 'https://other.example/v1', EMBEDDINGS_API_KEY: 'sk-emb' }).providers.embeddings.apiKey, 'sk-emb');
+  t.equal(loadConfig({ ...base, EMBEDDINGS_API_KEY: 'sk-emb' }).providers.embeddings.apiKey, 'sk-emb', 'its own key wins');
+});
+
+t.test('PROJECTIONS_NICE: an integer from 0 to 19, default 10', async (t) => {
+  t.equal(loadConfig({}).projectionsNice, 10);
+  t.equal(loadConfig({ PROJECTIONS_NICE: '0' }).projectionsNice, 0);
+  t.equal(loadConfig({ PROJECTIONS_NICE: '19' }).projectionsNice, 19);
+  t.throws(() => loadConfig({ PROJECTIONS_NICE: '20' }), /PROJECTIONS_NICE must be an integer from 0 to 19/);
+  t.throws(() => loadConfig({ PROJECTIONS_NICE: '1.5' }), /PROJECTIONS_NICE must be a non-negative integer/);
+});
