@@ -71,7 +71,7 @@ export interface HostReport {
   positions?: Record<string, number>;
 }
 export type SinkNote =
-  | { sink: 'keys'; batch: string[] }
+  | { sink: 'keys'; batch: string[] | 'all' }
   | { sink: 'memories' | 'vectors'; batch: unknown[]; generation: number }
   | { sink: 'memories' | 'vectors'; reset: true };
 

@@ -17,8 +17,12 @@ export const platformProjections: Projection[] = [projectsProjection, apiKeysPro
 
 /** What the HTTP side keeps in memory beside the read models, fed by the projections' committed batches. */
 export interface ProjectionSinks {
-  /** Key ids whose api-keys documents changed: their cached authentications are dropped. */
-  keys?: (keyIds: string[]) => void;
+  /**
+   * Key ids whose api-keys documents changed: their cached authentications are dropped. `'all'` when the
+   * projection reloaded from its stored checkpoint (a rebuilt generation went live, or another node applied
+   * the events first, sharing the read models): it may have skipped key events, so no cached key is trusted.
+   */
+  keys?: (keyIds: string[] | 'all') => void;
   /** The BM25 index of the memories. */
   memories?: IndexSink<RecordedEvent[]>;
   /** The vector index of the memories. */
@@ -36,6 +40,7 @@ export function allProjections(config: Pick<Config, 'providers'>, sinks: Project
   const apiKeys: Projection = !keys ? apiKeysProjection : {
     ...apiKeysProjection,
     afterCommit: (applied) => keys(applied.map((e) => (e.data as { key_id: string }).key_id)),
+    reset: async () => keys('all'),
   };
   return [
     projectsProjection, apiKeys, configProjection, agentsProjection,

@@ -79,8 +79,13 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
     known.set(hash, doc);
   };
   let forgets = 0;
-  function forget(keyIds: Iterable<string>): void {
+  /** Drops the cached documents of these keys, or every cached document (`'all'`). */
+  function forget(keyIds: Iterable<string> | 'all'): void {
     forgets++;
+    if (keyIds === 'all') {
+      known.clear();
+      return;
+    }
     const ids = new Set(keyIds);
     for (const [hash, doc] of known) if (ids.has(doc.key_id)) known.delete(hash);
   }

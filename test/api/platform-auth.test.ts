@@ -134,3 +134,26 @@ t.test('project creation', async (t) => {
   const other = await app.platform('/projects', { method: 'POST', headers, json: { name: 'Different' } });
   t.equal(other.status, 422, 'same key, different request');
 });
+
+t.test('a key revoked through one node stops working on another that shares the read models', async (t) => {
+  // Two servers on one DATA_DIR stand for two API nodes on one EventStoreDB + MongoDB: each node's
+  // api-keys runner finds the checkpoint already moved by the other and reloads without applying the
+  // events itself, so only that reload can tell its key cache.
+  const a = await startTestCairn();
+  const b = await startTestCairn({}, { dataDir: a.dataDir });
+  t.teardown(async () => { await b.stop(); await a.stop(); });
+  const { projectId, key, keyId, session } = await projectWithKey(a);
+  const list = (node: typeof a) => node.platform(`/projects/${projectId}/config`, { headers: bearer(key) });
+  t.equal((await list(a)).status, 200);
+  let seenByB = 0;
+  for (const deadline = Date.now() + 5000; Date.now() < deadline && seenByB !== 200;) seenByB = (await list(b)).status;
+  t.equal(seenByB, 200, 'node B authenticated the key (and cached it)');
+  t.equal((await list(b)).status, 200);
+  const revoke = await a.platform(`/projects/${projectId}/keys/${keyId}`, { method: 'DELETE', headers: bearer(session) });
+  t.equal(revoke.status, 200);
+  t.equal((await list(a)).status, 401, 'refused at once by the node that revoked it');
+  let onB = 200;
+  const started = Date.now();
+  for (const deadline = started + 5000; Date.now() < deadline && onB !== 401; await new Promise((r) => setTimeout(r, 20))) onB = (await list(b)).status;
+  t.equal(onB, 401, `refused by node B once its projection sees the revocation (after ${Date.now() - started} ms)`);
+});
