@@ -129,6 +129,12 @@ export class CommandBus {
       });
       try {
         const appended = decided.append ? await decided.append : [];
+        decided.writing.forEach(({ i, stream }, k) => {
+          // An idempotent replay (the event ids were appended before, by an earlier request with the same
+          // Idempotency-Key) answers with the original revision and writes nothing: the state cached for
+          // this stream includes events that were not appended now, so it must not be decided on again.
+          if (appended[k]!.revision !== decided.each[i]!.result.revision && this.cache.get(stream) === decided.entries[i]) this.cache.delete(stream);
+        });
         return await Promise.all(decided.each.map(async (d, i) => {
           const k = decided.writing.findIndex((w) => w.i === i);
           if (k >= 0) return { ...d.result, position: appended[k]!.position, revision: appended[k]!.revision };

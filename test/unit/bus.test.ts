@@ -78,3 +78,23 @@ t.test('handleAll: commands on several streams commit together, and are decided 
   t.equal((await store.readStream(a)).length, 2, 'a rejected decision on b leaves a untouched');
   await t.rejects(bus.handleAll([{ stream: a, decider: configDecider, command: setIn('pa', 5) }, { stream: a, decider: configDecider, command: setIn('pa', 6) }], meta()), /one command per stream/);
 });
+
+t.test('a replayed request (same Idempotency-Key) answers as the first time and leaves no state behind that was not written', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const store = new EmbeddedEventStore(file);
+  t.teardown(() => store.close());
+  const bus = new CommandBus(store);
+  const stream = configStream('p');
+  const keyed = (): RequestMeta => ({ ...meta(), request_key: 'idem:A' });
+  const first = await bus.handle(stream, configDecider, set(1), keyed());
+  const second = await bus.handle(stream, configDecider, set(2), meta());
+  const replay = await bus.handle(stream, configDecider, set(1), keyed());
+  t.equal(replay.position, first.position, 'the replay answers with the original position');
+  t.equal(replay.revision, first.revision);
+  t.equal((await store.readStream(stream)).length, 2, 'and writes nothing');
+  // The value is 2 now: setting 1 again is a change and must be written.
+  const again = await bus.handle(stream, configDecider, set(1), meta());
+  t.ok(again.position > second.position, 'written, not mistaken for a no-op');
+  const events = await store.readStream(stream);
+  t.same(events.map((e) => (e.data as { value: number }).value), [1, 2, 1]);
+});
