@@ -5,7 +5,8 @@ import { CommandBus } from '../commands/bus.js';
 import { apiKeyDecider, apiKeyStream } from '../domain/apikeys/decider.js';
 import { notice, printJson } from './output.js';
 import { loadProject } from './projects.js';
-import { commaList, OpsError, opsRequestMeta, withStores } from './runtime.js';
+import { CreateApiKeyBody } from '../api/platform/keys/schemas.js';
+import { commaList, OpsError, opsRequestMeta, validateAsApi, withStores } from './runtime.js';
 
 function futureInstant(raw: string): string {
   const time = Date.parse(raw);
@@ -25,6 +26,7 @@ export function keyCommands(program: Command): void {
     .action(async (opts: { project: string; name: string; scopes?: string[]; expiresAt?: string; json?: boolean }) =>
       withStores(async ({ events }) => {
         if (opts.scopes?.length === 0) throw new OpsError('--scopes must name at least one scope');
+        validateAsApi(CreateApiKeyBody, { name: opts.name, ...(opts.scopes ? { scopes: opts.scopes } : {}) }, { name: '--name', scopes: '--scopes' });
         const project = await loadProject(events, opts.project);
         const keyId = randomUUID();
         const { key, prefix, hash } = generateApiKey();

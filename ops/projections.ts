@@ -10,11 +10,14 @@ import { printJson, printTable } from './output.js';
 import { OpsError, withStores } from './runtime.js';
 
 /** The projections the CLI knows are the server's: one list. Problems while rebuilding (a text the embeddings provider refuses) are logged on stderr. */
-const known: readonly Projection[] = allProjections(loadConfig(), {}, createLogger(process.env.LOG_LEVEL ?? 'warn', { toStderr: true }));
+let cached: readonly Projection[] | undefined;
+/** Built when a command needs it, so an invalid setting fails that command with its message, not `--help`. */
+const known = (): readonly Projection[] =>
+  (cached ??= allProjections(loadConfig(), {}, createLogger(process.env.LOG_LEVEL ?? 'warn', { toStderr: true })));
 
 function findProjection(name: string): Projection {
-  const projection = known.find((p) => p.name === name);
-  if (!projection) throw new OpsError(`unknown projection "${name}"; valid names: ${known.map((p) => p.name).join(', ')}`);
+  const projection = known().find((p) => p.name === name);
+  if (!projection) throw new OpsError(`unknown projection "${name}"; valid names: ${known().map((p) => p.name).join(', ')}`);
   return projection;
 }
 
@@ -25,7 +28,7 @@ export function projectionCommands(program: Command): void {
     .option('--json', 'print JSON')
     .action(async (opts: { json?: boolean }) => withStores(async ({ events, reads }) => {
       // So that projections that never ran are listed too, with lag = head.
-      for (const p of known) await reads.register(p.name, p.collections);
+      for (const p of known()) await reads.register(p.name, p.collections);
       const statuses = await projectionStatus(events, reads);
       const rows = await Promise.all(statuses.map(async (s) => {
         const rebuild = await reads.rebuildCheckpoint(s.projection);
@@ -37,7 +40,7 @@ export function projectionCommands(program: Command): void {
     }));
 
   projections.command('rebuild').description('rebuild a read model from position 0 beside the live one, then swap it in')
-    .argument('<name>', `projection name: ${known.map((p) => p.name).join(', ')}`)
+    .argument('<name>', 'projection name (see `projections status`)')
     .option('--json', 'print the new checkpoint as JSON (no progress bar)')
     .action(async (name: string, opts: { json?: boolean }) => {
       const projection = findProjection(name);

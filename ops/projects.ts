@@ -5,7 +5,8 @@ import type { EventStore } from '../infra/eventstore/port.js';
 import { projectDecider, projectStream, type ProjectEvent, type ProjectState } from '../domain/projects/decider.js';
 import { fold } from '../domain/shared/decider.js';
 import { printJson } from './output.js';
-import { OpsError, opsRequestMeta, withStores } from './runtime.js';
+import { CreateProjectBody } from '../api/platform/projects/schemas.js';
+import { OpsError, opsRequestMeta, validateAsApi, withStores } from './runtime.js';
 
 /** A project's state from its stream; operator commands check existence against the log, not a read model that may lag. */
 export async function loadProject(events: EventStore, projectId: string): Promise<Extract<ProjectState, { exists: true }>> {
@@ -25,6 +26,7 @@ export function projectCommands(program: Command): void {
       const name = opts.name.trim();
       const tenant = opts.tenant.trim();
       if (!name || !tenant) throw new OpsError('--name and --tenant must not be empty');
+      validateAsApi(CreateProjectBody, { name }, { name: '--name' });
       const projectId = randomUUID();
       const result = await new CommandBus(events).handle(projectStream(projectId), projectDecider,
         { type: 'CreateProject', data: { project_id: projectId, tenant_id: tenant, name } },

@@ -1,3 +1,6 @@
+import type { TSchema } from 'typebox';
+import { ProblemError } from '../api/http/problem.js';
+import { Validator } from '../api/http/validation.js';
 import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError } from 'commander';
 import type { RequestMeta } from '../commands/bus.js';
@@ -9,6 +12,23 @@ import { openStores } from '../infra/stores.js';
 /** An operator mistake (unknown name, missing project…): printed as one line, exit code 1. */
 export class OpsError extends Error {
   override readonly name = 'OpsError';
+}
+
+/**
+ * Checks CLI input against the API's own request schema, so the CLI cannot create what the API would
+ * refuse. `options` maps schema fields to the option names shown in the error.
+ */
+export function validateAsApi(schema: TSchema, value: Record<string, unknown>, options: Record<string, string>): void {
+  try {
+    new Validator(schema, 'body').parse(value);
+  } catch (error) {
+    if (!(error instanceof ProblemError)) throw error;
+    const problems = (error.extra.errors ?? []).map((e) => {
+      const field = e.location.replace(/^body\.?/, '').split('.')[0] ?? '';
+      return `${options[field] ?? field}: ${e.message}`;
+    });
+    throw new OpsError(problems.join('; ') || error.message);
+  }
 }
 
 export interface Stores {

@@ -69,12 +69,14 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
       );
     }
     params.push({ name: 'X-Request-Id', in: 'header' as never, required: false, description: 'Correlation id; echoed back and recorded on every event the request appends', schema: { type: 'string', maxLength: 128 } as never });
-    if (r.method !== 'GET') {
+    // Commands change state; queries (GET, and POSTs that read: search, context, chat) declare their read models.
+    const command = r.method !== 'GET' && !r.readModels;
+    if (command) {
       params.push({ name: 'Idempotency-Key', in: 'header' as never, required: false, description: 'Repeating a request with the same key returns the first result instead of acting twice', schema: { type: 'string', minLength: 1, maxLength: 255 } as never });
     }
     const responses: Record<string, unknown> = {};
     for (const [status, doc] of Object.entries(r.responses)) {
-      const headers = r.method !== 'GET' ? { 'X-Event-Position': { description: 'Log position of the last event this command appended', schema: { type: 'string' } } } : undefined;
+      const headers = command ? { 'X-Event-Position': { description: 'Log position of the last event this command appended', schema: { type: 'string' } } } : undefined;
       responses[status] = {
         description: doc.description,
         ...(headers ? { headers } : {}),

@@ -102,7 +102,7 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
         if (Array.isArray(v)) throw badRequest(`query parameter ${k} given more than once`, [{ location: `query.${k}`, message: 'must be given once', value: v }]);
       }
       const call: Call<unknown, unknown, unknown> = {
-        params: params ? params.parse(ctx.params) : ctx.params,
+        params: params ? lowercaseUuids(def.params!, params.parse(ctx.params)) : ctx.params,
         query: query ? query.parse(rawQuery) : rejectUnknownQuery(rawQuery),
         body: body ? body.parse(await readJsonBody(ctx, mounting.jsonTypes)) : undefined,
         principal,
@@ -124,6 +124,17 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
   }
 }
 
+/** UUIDs in the path are case-insensitive (RFC 9562): ids are stored lower-case, so compare them that way. */
+function lowercaseUuids(schema: TSchema, value: unknown): unknown {
+  const properties = (schema as { properties?: Record<string, { format?: string }> }).properties;
+  if (!properties || value === null || typeof value !== 'object') return value;
+  const out = { ...(value as Record<string, unknown>) };
+  for (const [name, property] of Object.entries(properties)) {
+    if (property.format === 'uuid' && typeof out[name] === 'string') out[name] = (out[name] as string).toLowerCase();
+  }
+  return out;
+}
+
 function rejectUnknownQuery(query: Record<string, unknown>): Record<string, unknown> {
   const names = Object.keys(query);
   if (names.length > 0) throw badRequest('invalid query', [{ location: 'query', message: `unknown parameter${names.length > 1 ? 's' : ''}: ${names.join(', ')}`, value: names }]);
@@ -134,14 +145,16 @@ function rejectUnknownQuery(query: Record<string, unknown>): Record<string, unkn
 function takeMinPosition(ctx: Koa.Context, query: Record<string, unknown>, accepted: boolean): number | undefined {
   const fromQuery = query.min_position;
   delete query.min_position;
-  const raw = ctx.get('X-Min-Position') || (typeof fromQuery === 'string' ? fromQuery : undefined);
-  if (raw === undefined || raw === '') {
-    if (fromQuery !== undefined && !accepted) throw badRequest('min_position is not accepted here');
-    return undefined;
+  if (Array.isArray(fromQuery)) throw badRequest('query parameter min_position given more than once', [{ location: 'query.min_position', message: 'must be given once', value: fromQuery }]);
+  if (fromQuery !== undefined && !accepted) {
+    throw badRequest('min_position is not accepted here', [{ location: 'query.min_position', message: 'only queries wait for read models; commands are applied in order', value: fromQuery }]);
   }
-  if (!accepted) return undefined;
+  const header = ctx.get('X-Min-Position');
+  const [raw, location] = header ? [header, 'header.X-Min-Position'] : [typeof fromQuery === 'string' ? fromQuery : undefined, 'query.min_position'];
+  // A header on a command is ignored (clients may send it on every request); a query parameter is not.
+  if (raw === undefined || raw === '' || !accepted) return undefined;
   if (!/^\d{1,16}$/.test(raw)) {
-    throw badRequest('invalid consistency token', [{ location: 'header.X-Min-Position', message: 'must be a position returned in X-Event-Position', value: raw }]);
+    throw badRequest('invalid consistency token', [{ location, message: 'must be a position returned in X-Event-Position', value: raw }]);
   }
   return Number(raw);
 }

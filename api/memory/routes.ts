@@ -200,7 +200,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         }
         if (facts.length > MAX_FACTS_PER_INGEST) log.warn({ extracted: facts.length }, `ingest: keeping the first ${MAX_FACTS_PER_INGEST} facts`);
         facts.splice(MAX_FACTS_PER_INGEST);
-        if (facts.length === 0) return { body: { facts: [] } };
+        // Run even with no facts: the answer then carries the scope's position like every command's.
         const { agent, user } = body.scope;
         const session = sessionOf(body.session);
         const result = await bus.handle(memoryStream(agent, user), memoryDecider,

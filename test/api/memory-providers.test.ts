@@ -145,6 +145,7 @@ t.test('ingest: an unreadable reply is a 500, never an empty success', async (t)
   const none = await app.memory('POST', '/v1/ingest', { scope, text: 'chat' });
   t.equal(none.status, 200, 'an explicitly empty list is "no facts"');
   t.same(none.body, { facts: [] });
+  t.match(none.headers.get('x-event-position'), /^\d+$/, 'and carries the scope\'s position like every command');
   t.same((await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`)).body.memories, [], 'nothing stored');
 });
 

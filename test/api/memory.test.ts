@@ -281,4 +281,15 @@ t.test('OpenAPI lists every memory operation with its schemas', async (t) => {
   ]);
   t.match(doc.paths['/v1/search'].post.requestBody.content['application/json'].schema.properties.limit, { minimum: 1, maximum: 100 });
   t.ok(doc.paths['/v1/search'].post.responses['200'].content['application/json'].schema.properties.results);
+  // Commands carry X-Event-Position and take Idempotency-Key; the POSTs that only read do not.
+  const params = (op: { parameters: Array<{ name: string }> }) => op.parameters.map((p) => p.name);
+  for (const query of ['/v1/search', '/v1/context', '/v1/chat']) {
+    t.notOk(params(doc.paths[query].post).includes('Idempotency-Key'), `${query}: no Idempotency-Key`);
+    t.notOk(doc.paths[query].post.responses['200'].headers, `${query}: no X-Event-Position`);
+    t.ok(params(doc.paths[query].post).includes('X-Min-Position'), `${query}: X-Min-Position`);
+  }
+  t.ok(params(doc.paths['/v1/memories'].post).includes('Idempotency-Key'));
+  t.ok(doc.paths['/v1/memories'].post.responses['200'].headers['X-Event-Position']);
+  const searched = await search(freshScope(), 'anything');
+  t.equal(searched.headers.get('x-event-position'), null, 'and indeed a search answers without one');
 });

@@ -92,6 +92,35 @@ t.test('scopes limit what a key may do', async (t) => {
   const denied = await app.platform('/agents', { method: 'POST', headers: bearer(key), json: { name: 'Nope' } });
   t.equal(denied.status, 403);
   t.match(await denied.json(), { type: /insufficient-scope/, detail: /agents:write/ });
+  const projects = await app.platform('/projects', { headers: bearer(key) });
+  t.equal(projects.status, 403, 'GET /projects needs projects:read');
+  t.match(await projects.json(), { detail: /projects:read/ });
+  const reader = await projectWithKey(app, 'tenant-scopes-2', ['projects:read']);
+  t.equal((await app.platform('/projects', { headers: bearer(reader.key) })).status, 200);
+});
+
+t.test('project ids in paths are case-insensitive UUIDs', async (t) => {
+  const { projectId, key, session } = await projectWithKey(app, 'tenant-case');
+  const upper = projectId.toUpperCase();
+  t.not(upper, projectId);
+  const put = await app.platform(`/projects/${upper}/config/theme`, { method: 'PUT', headers: bearer(key), json: 'dark' });
+  t.equal(put.status, 200, 'the own project, written upper-case');
+  const got = await app.platform(`/projects/${projectId}/config/theme`, { headers: { ...bearer(key), 'X-Min-Position': put.headers.get('x-event-position')! } });
+  t.same(await got.json(), 'dark', 'one project, whatever the case');
+  t.equal((await app.platform(`/projects/${upper}/keys`, { headers: bearer(session) })).status, 200, 'keys too (a session)');
+});
+
+t.test('min_position: only on queries, one valid position', async (t) => {
+  const { projectId, key } = await projectWithKey(app, 'tenant-minpos');
+  const onCommand = await app.platform(`/projects/${projectId}/config/x?min_position=1`, { method: 'PUT', headers: bearer(key), json: 1 });
+  t.equal(onCommand.status, 400);
+  t.match(await onCommand.json(), { errors: [{ location: 'query.min_position' }] });
+  const invalid = await app.platform(`/projects/${projectId}/config?min_position=abc`, { headers: bearer(key) });
+  t.equal(invalid.status, 400);
+  t.match(await invalid.json(), { errors: [{ location: 'query.min_position' }] });
+  const header = await app.platform(`/projects/${projectId}/config`, { headers: { ...bearer(key), 'X-Min-Position': 'abc' } });
+  t.match(await header.json(), { errors: [{ location: 'header.X-Min-Position' }] });
+  t.equal((await app.platform(`/projects/${projectId}/config?min_position=1&min_position=2`, { headers: bearer(key) })).status, 400, 'given twice');
 });
 
 t.test('tenants and projects are isolated', async (t) => {

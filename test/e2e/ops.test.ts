@@ -23,8 +23,8 @@ delete env.MONGODB_URL;
 
 interface Run { code: number | null; stdout: string; stderr: string }
 
-function start(args: string[]) {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'ops/cli.ts', ...args], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+function start(args: string[], extraEnv: NodeJS.ProcessEnv = {}) {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'ops/cli.ts', ...args], { cwd: root, env: { ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
   const out = { stdout: '', stderr: '' };
   child.stdout.on('data', (d: Buffer) => { out.stdout += d.toString(); });
   child.stderr.on('data', (d: Buffer) => { out.stderr += d.toString(); });
@@ -59,6 +59,12 @@ t.test('--help works for every command', async (t) => {
     t.equal(run.code, 0, `${commands[i]!.join(' ')} --help exits 0`);
     t.match(run.stdout, `Usage: ops ${commands[i]!.join(' ')}`.trim());
   });
+  // A broken server setting must not take --help down with it.
+  const broken = await start(['projections', 'rebuild', '--help'], { PORT: 'abc', EMBEDDINGS_PROVIDER: 'nope' }).done;
+  t.equal(broken.code, 0, broken.stderr);
+  const failing = await start(['projections', 'status'], { EMBEDDINGS_PROVIDER: 'nope' }).done;
+  t.equal(failing.code, 1, 'a command that needs the setting fails with its message');
+  t.match(failing.stderr, /EMBEDDINGS_PROVIDER must be local, openai or none/);
 });
 
 t.test('operator workflow on one data dir', async (t) => {
@@ -105,6 +111,19 @@ t.test('operator workflow on one data dir', async (t) => {
     t.match(created, { key: /^sk_/, scopes: ['*'], expires_at: expires });
   });
 
+  await t.test('keys create and projects create take only what the API would', async (t) => {
+    const scopes = await ops('keys', 'create', '--project', project.project_id, '--scopes', 'root,agents:read');
+    t.equal(scopes.code, 1);
+    t.match(scopes.stderr, /--scopes/);
+    const name = await ops('keys', 'create', '--project', project.project_id, '--name', 'k'.repeat(101));
+    t.equal(name.code, 1);
+    t.match(name.stderr, /--name/);
+    const longProject = await ops('projects', 'create', '--name', 'p'.repeat(201), '--tenant', 'acme');
+    t.equal(longProject.code, 1);
+    t.match(longProject.stderr, /--name/);
+    t.equal((await opsJson<unknown[]>('streams', 'list', '--prefix', 'project-', '--json')).length, 1, 'no project was created');
+  });
+
   await t.test('keys create for an unknown project fails', async (t) => {
     const run = await ops('keys', 'create', '--project', randomUUID());
     t.equal(run.code, 1);
@@ -142,30 +161,39 @@ t.test('operator workflow on one data dir', async (t) => {
 
   await t.test('events tail follows until SIGINT, then exits cleanly', async (t) => {
     const tail = start(['events', 'tail', '--from', '0', '--json']);
-    await new Promise<void>((resolve) => {
-      const check = () => { if (tail.out.stdout.split('\n').length > 3) { tail.child.stdout.off('data', check); resolve(); } };
+    const lines = (n: number) => new Promise<void>((resolve) => {
+      const check = () => { if (tail.out.stdout.split('\n').length > n) { tail.child.stdout.off('data', check); resolve(); } };
       tail.child.stdout.on('data', check);
+      check();
     });
+    await lines(3);
+    // Appended by another process while the tail waits: it must arrive live.
+    const writer = new EmbeddedEventStore(join(dataDir, 'events.db'));
+    const appended = await writer.append('ops-test-live', [{ id: randomUUID(), type: 'OpsTestPinged', data: { n: 1 }, metadata: { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() } }], 'no_stream');
+    await writer.close();
+    await lines(4);
     tail.child.kill('SIGINT');
     const run = await tail.done;
     t.equal(run.code, 0, run.stderr);
-    t.equal(run.stdout.trim().split('\n').length, 3);
+    const printed = run.stdout.trim().split('\n').map((l) => JSON.parse(l));
+    t.equal(printed.length, 4);
+    t.match(printed[3], { position: appended.position, type: 'OpsTestPinged', stream: 'ops-test-live' });
   });
 
   await t.test('projections rebuild', async (t) => {
     const run = await ops('projections', 'rebuild', 'projects');
     t.equal(run.code, 0, run.stderr);
-    t.match(run.stdout, /rebuilt projects: generation 2 is live at position 3/);
+    t.match(run.stdout, /rebuilt projects: generation 2 is live at position 4/);
 
     const status = await opsJson<Status[]>('projections', 'status', '--json');
-    t.match(status.find((s) => s.projection === 'projects'), { position: 3, head: 3, lag: 0, generation: 2 });
-    t.match(status.find((s) => s.projection === 'api-keys'), { lag: 3 }, 'other projections untouched');
+    t.match(status.find((s) => s.projection === 'projects'), { position: 4, head: 4, lag: 0, generation: 2 });
+    t.match(status.find((s) => s.projection === 'api-keys'), { lag: 4 }, 'other projections untouched');
 
     const first = await liveDocs('projects');
     t.match(first, [{ id: project.project_id, tenant_id: 'tenant-1', name: 'Demo', _position: 1 }]);
 
     const again = await opsJson<{ generation: number; position: number }>('projections', 'rebuild', 'projects', '--json');
-    t.match(again, { generation: 3, position: 3 });
+    t.match(again, { generation: 3, position: 4 });
     t.same(await liveDocs('projects'), first, 'rebuilding twice gives the same documents');
   });
 

@@ -17,7 +17,7 @@ const view = (p: ProjectDoc): ProjectView => ({
 export function projectRoutes(deps: PlatformDeps): RouteDef[] {
   return [
     route({
-      method: 'GET', path: '/projects', operationId: 'listProjects', tag: 'Projects', auth: ['session', 'key'],
+      method: 'GET', path: '/projects', operationId: 'listProjects', tag: 'Projects', auth: ['session', 'key'], scope: 'projects:read',
       summary: 'List projects',
       description: 'A dashboard session lists its tenant\'s projects; an API key lists only its own project.',
       readModels: ['projects'],
