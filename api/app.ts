@@ -80,9 +80,11 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
     const now = clock().getTime();
     if (now - (lastRecorded.get(use.key_id) ?? 0) < USE_RECORD_INTERVAL_MS) return;
     lastRecorded.set(use.key_id, now);
+    // Caused by the request that used the key: its X-Request-Id correlates the event.
     const id = randomUUID();
-    bus.handle(apiKeyStream(use.key_id), apiKeyDecider, { type: 'RecordApiKeyUse', data: use },
-      { correlation_id: id, causation_id: id, actor: `key:${use.key_id}`, project_id: use.project_id, request_key: id, sequence: { next: 0 } })
+    const correlation = use.correlation_id ?? id;
+    bus.handle(apiKeyStream(use.key_id), apiKeyDecider, { type: 'RecordApiKeyUse', data: { key_id: use.key_id, project_id: use.project_id } },
+      { correlation_id: correlation, causation_id: correlation, actor: `key:${use.key_id}`, project_id: use.project_id, request_key: id, sequence: { next: 0 } })
       .catch((error) => log.warn({ err: error, key_id: use.key_id }, 'could not record API key use'));
   };
 

@@ -101,8 +101,11 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
       for (const [k, v] of Object.entries(rawQuery)) {
         if (Array.isArray(v)) throw badRequest(`query parameter ${k} given more than once`, [{ location: `query.${k}`, message: 'must be given once', value: v }]);
       }
+      const parsedParams = params ? lowercaseUuids(def.params!, params.parse(ctx.params)) as Record<string, unknown> : ctx.params;
+      // A session acts on the project in the path: its events' metadata names it (a key's project is set above).
+      if (principal.kind === 'session' && typeof parsedParams.projectId === 'string') meta.project_id = parsedParams.projectId;
       const call: Call<unknown, unknown, unknown> = {
-        params: params ? lowercaseUuids(def.params!, params.parse(ctx.params)) : ctx.params,
+        params: parsedParams,
         query: query ? query.parse(rawQuery) : rejectUnknownQuery(rawQuery),
         body: body ? body.parse(await readJsonBody(ctx, mounting.jsonTypes)) : undefined,
         principal,

@@ -8,7 +8,8 @@ import { unauthorized } from '../http/problem.js';
 import type { AuthKind, Principal } from '../http/routes.js';
 import { hashApiKey, isWellFormedApiKey } from '../../infra/apikeys.js';
 
-export interface KeyUse { key_id: string; project_id: string }
+/** A request authenticated with a key: `correlation_id` is the request's id, for the ApiKeyUsed event it may cause. */
+export interface KeyUse { key_id: string; project_id: string; correlation_id?: string }
 
 const KEY_CACHE_LIMIT = 10_000;
 const NO_KEY_HASH = createHash('sha256').update('').digest();
@@ -46,7 +47,7 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
     }
   }
 
-  async function apiKey(token: string): Promise<Principal> {
+  async function apiKey(token: string, correlationId?: string): Promise<Principal> {
     if (!isWellFormedApiKey(token)) throw unauthorized('API key is malformed');
     const hash = hashApiKey(token);
     let doc = known.get(hash);
@@ -63,7 +64,7 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
     if (!doc || !equal) throw unauthorized('API key is not valid');
     if (!doc.is_active) throw unauthorized('API key has been revoked');
     if (doc.expires_at && Date.parse(doc.expires_at) <= clock().getTime()) throw unauthorized('API key has expired');
-    onKeyUse({ key_id: doc.key_id, project_id: doc.project_id });
+    onKeyUse({ key_id: doc.key_id, project_id: doc.project_id, correlation_id: correlationId });
     return { kind: 'key', key_id: doc.key_id, project_id: doc.project_id, tenant_id: doc.tenant_id, scopes: doc.scopes };
   }
 
@@ -97,7 +98,7 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
     if (!match) throw unauthorized(`this operation needs ${wants} as Authorization: Bearer`);
     const token = match[1]!;
     const isKey = token.startsWith('sk_');
-    if (isKey && accepted.includes('key')) return apiKey(token);
+    if (isKey && accepted.includes('key')) return apiKey(token, (ctx.state.meta as { correlation_id?: string } | undefined)?.correlation_id);
     if (!isKey && accepted.includes('session')) return session(token);
     throw unauthorized(`this operation needs ${wants}`);
   }

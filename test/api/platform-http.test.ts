@@ -38,6 +38,25 @@ t.test('request ids are echoed and recorded as correlation ids', async (t) => {
   t.equal(idem.status, 400, 'Idempotency-Key over 255 characters');
 });
 
+t.test('event metadata names the project, also for a dashboard session, and ApiKeyUsed the request that used the key', async (t) => {
+  const { projectId, keyId } = await projectWithKey(app, 'tenant-meta');
+  const [created] = await app.events.readStream(`project-${projectId}`);
+  t.match(created!.metadata, { project_id: projectId, actor: /^user:/ }, 'ProjectCreated (a session)');
+  const [keyCreated] = await app.events.readStream(`apikey-${keyId}`);
+  t.match(keyCreated!.metadata, { project_id: projectId, actor: /^user:/ }, 'ApiKeyCreated (a session)');
+
+  // A fresh key: its first use is recorded (at most once a minute per key), caused by that request.
+  const { key: fresh, keyId: freshId } = await projectWithKey(app, 'tenant-meta-2');
+  const used = await app.platform('/agents', { headers: { ...bearer(fresh), 'X-Request-Id': 'req-key-use-7' } });
+  t.equal(used.status, 200);
+  let recorded;
+  for (const deadline = Date.now() + 3000; Date.now() < deadline && !recorded; await new Promise((r) => setTimeout(r, 20))) {
+    recorded = (await app.events.readStream(`apikey-${freshId}`)).find((e) => e.type === 'ApiKeyUsed');
+  }
+  t.ok(recorded, 'ApiKeyUsed appended');
+  t.match(recorded!.metadata, { correlation_id: 'req-key-use-7', causation_id: 'req-key-use-7', actor: `key:${freshId}` });
+});
+
 t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', async (t) => {
   const json = await app.platform('/docs/openapi.json');
   t.equal(json.status, 200);

@@ -45,6 +45,7 @@ export function projectRoutes(deps: PlatformDeps): RouteDef[] {
         check(nonBlank('body.name', body.name));
         if (principal.kind !== 'session') throw new Error('unreachable');
         const projectId = meta.request_key.startsWith('idem:') ? uuidv5(`${principal.tenant_id}/${meta.request_key}`, PROJECT_ID_NAMESPACE) : randomUUID();
+        meta.project_id = projectId; // the event's metadata names the project it creates
         const result = await deps.bus.handle(projectStream(projectId), projectDecider,
           { type: 'CreateProject', data: { project_id: projectId, tenant_id: principal.tenant_id, name: body.name.trim() } }, meta);
         await deps.waitFor('projects', result.position);
