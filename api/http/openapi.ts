@@ -1,5 +1,5 @@
 import type { TSchema } from 'typebox';
-import { PROBLEM_BASE } from './problem.js';
+import { PROBLEM_BASE, PROBLEM_SCHEMA } from './problem.js';
 import type { AuthKind, RouteDef } from './routes.js';
 
 export interface OpenApiInfo {
@@ -17,6 +17,7 @@ const ProblemSchema = {
   description: 'RFC 9457 problem details',
   required: ['type', 'title', 'status', 'detail'],
   properties: {
+    $schema: { type: 'string', description: 'where this shape is described: this document\'s Problem schema', example: PROBLEM_SCHEMA },
     type: { type: 'string', format: 'uri', example: `${PROBLEM_BASE}validation` },
     title: { type: 'string' },
     status: { type: 'integer' },

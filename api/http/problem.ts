@@ -5,7 +5,11 @@ export interface ProblemFieldError {
   value?: unknown;
 }
 
+/** The Problem schema in the service's own OpenAPI document (same path on both APIs). */
+export const PROBLEM_SCHEMA = '/docs/openapi.json#/components/schemas/Problem';
+
 export interface Problem {
+  $schema?: string;
   type: string;
   title: string;
   status: number;
@@ -44,6 +48,8 @@ export class ProblemError extends Error {
   toProblem(instance: string): Problem {
     const { headers: _headers, ...extensions } = this.extra;
     return {
+      // As the spec's generated error model does: where the shape of this body is described.
+      $schema: PROBLEM_SCHEMA,
       type: `${PROBLEM_BASE}${this.slug}`,
       title: TITLES[this.status] ?? 'Error',
       status: this.status,

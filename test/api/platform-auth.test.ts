@@ -75,6 +75,8 @@ t.test('API keys: shape, shown once, stored as a hash, scoped, revocable, expiri
   const expired = await app.platform('/agents', { headers: bearer(short.key) });
   t.equal(expired.status, 401, 'a key stops working the moment it expires');
   t.match(await expired.json(), { detail: /expired/ });
+  const listedAfter = (await (await app.platform(`/projects/${projectId}/keys`, { headers: bearer(session) })).json()) as Array<{ name: string; is_active: boolean }>;
+  t.equal(listedAfter.find((k) => k.name === 'short')!.is_active, false, 'and the listing says so');
 
   const past = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { expires_at: new Date(now - 1).toISOString() } });
   t.equal(past.status, 400);

@@ -13,6 +13,9 @@ t.test('health and unknown routes', async (t) => {
   t.equal(missing.headers.get('content-type'), 'application/problem+json');
   const problem = await missing.json();
   t.match(problem, { type: /not-found/, title: 'Not Found', status: 404, detail: /no route/, instance: missing.headers.get('x-request-id') });
+  t.equal(problem.$schema, '/docs/openapi.json#/components/schemas/Problem', 'names its schema, as the spec\'s error model does');
+  const doc = await (await app.platform('/docs/openapi.json')).json();
+  t.ok(doc.components.schemas.Problem.properties.$schema, 'which describes $schema too');
 });
 
 t.test('wrong method: 405 with Allow', async (t) => {

@@ -14,9 +14,11 @@ import { ApiKeyCreated, ApiKeyItem, CreateApiKeyBody, KeyParams, ProjectKeyParam
 
 const KEY_ID_NAMESPACE = '0b7e6c1a-52f4-4e0e-8d3b-7a9c2e4f6d10';
 
-const item = (k: ApiKeyDoc): ApiKeyItem => ({
+/** `is_active`: the key works now: not revoked and not expired (expiry needs no event, so it is checked here). */
+const item = (k: ApiKeyDoc, now: Date): ApiKeyItem => ({
   key_id: k.key_id, key_prefix: k.key_prefix, name: k.name, project_id: k.project_id, tenant_id: k.tenant_id,
-  scopes: k.scopes, is_active: k.is_active, is_admin_managed: k.is_admin_managed, created_at: k.created_at,
+  scopes: k.scopes, is_active: k.is_active && !(k.expires_at !== null && Date.parse(k.expires_at) <= now.getTime()),
+  is_admin_managed: k.is_admin_managed, created_at: k.created_at,
   created_by: k.created_by, expires_at: k.expires_at, last_used_at: k.last_used_at,
 });
 
@@ -62,7 +64,8 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       async handler({ params, principal }) {
         await requireProject(deps, principal, params.projectId);
         const keys: ApiKeyItem[] = [];
-        for await (const doc of findAll<ApiKeyDoc>(deps.reads, 'api_keys', { where: { project_id: params.projectId }, sort: { field: 'created_at', order: 'desc' } })) keys.push(item(doc));
+        const now = clock();
+        for await (const doc of findAll<ApiKeyDoc>(deps.reads, 'api_keys', { where: { project_id: params.projectId }, sort: { field: 'created_at', order: 'desc' } })) keys.push(item(doc, now));
         return { body: keys };
       },
     }),
