@@ -11,7 +11,8 @@ export interface Embedder {
 }
 
 export const LOCAL_EMBEDDING_DIM = 256;
-export const LOCAL_EMBEDDING_MODEL = `local-hash-${LOCAL_EMBEDDING_DIM}-v1`;
+/** v2: the tokenizer case-folds (ß → ss, İ → i, ς → σ); v1 vectors are ignored until `memory-vectors` is rebuilt. */
+export const LOCAL_EMBEDDING_MODEL = `local-hash-${LOCAL_EMBEDDING_DIM}-v2`;
 
 /** 32-bit FNV-1a over UTF-16 code units, finished with murmur3's fmix32 so every bit depends on every input. */
 function hash32(text: string): number {

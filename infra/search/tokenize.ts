@@ -2,7 +2,9 @@
  * Unicode word tokenizer shared by the BM25 index and the local embedder.
  *
  * Text is NFKC-normalised (full-width forms, ligatures and compatibility characters fold to their
- * plain forms) and lower-cased without a locale (the same result on every machine); a word is a run of
+ * plain forms) and case-folded without a locale (the same result on every machine): lower-cased, with
+ * the full foldings lower-casing misses for common text: ß → ss, the dotted capital İ → i (lower-casing
+ * leaves i + U+0307), final ς → σ. So "STRASSE" finds "Straße" and "istanbul" finds "İstanbul". A word is a run of
  * letters and digits, with combining marks kept inside it (Devanagari vowel signs, etc.). Scripts
  * written without spaces (Han, Hiragana, Katakana) are cut into overlapping character bigrams, so a
  * query can match inside a sentence.
@@ -11,8 +13,18 @@ const WORD = /[\p{L}\p{N}][\p{L}\p{N}\p{M}]*/gu;
 const UNSPACED = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}]/u;
 const UNSPACED_RUN = /([\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\u30fc]+)|([^\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\u30fc]+)/gu;
 
+const FOLD = /ß|i\u0307|ς/g;
+const NEEDS_FOLD = /ß|i\u0307|ς/;
+const FOLDED: Record<string, string> = { 'ß': 'ss', 'i\u0307': 'i', 'ς': 'σ' };
+
+/** Locale-independent case folding (see above). */
+export function caseFold(text: string): string {
+  const lower = text.normalize('NFKC').toLowerCase();
+  return NEEDS_FOLD.test(lower) ? lower.replace(FOLD, (m) => FOLDED[m]!) : lower;
+}
+
 export function tokenize(text: string): string[] {
-  const words = text.normalize('NFKC').toLowerCase().match(WORD);
+  const words = caseFold(text).match(WORD);
   if (!words) return [];
   const out: string[] = [];
   for (const word of words) {

@@ -8,7 +8,11 @@ import { topK } from '../../infra/search/topk.js';
 import { BruteForceVectorIndex } from '../../infra/search/vector.js';
 
 t.test('tokenizer: Unicode words, case, compatibility forms', async (t) => {
-  t.same(tokenize('Hello, WORLD! Straße—ÉCOLE 42x'), ['hello', 'world', 'straße', 'école', '42x']);
+  t.same(tokenize('Hello, WORLD! Straße—ÉCOLE 42x'), ['hello', 'world', 'strasse', 'école', '42x']);
+  t.same(tokenize('STRASSE'), tokenize('Straße'), 'ß folds to ss, as STRASSE does');
+  t.same(tokenize('İstanbul'), tokenize('istanbul'), 'the dotted capital I folds to i');
+  t.same(tokenize('ISTANBUL'), ['istanbul']);
+  t.same(tokenize('ΟΔΟΣ'), tokenize('οδος'), 'final sigma and capital sigma fold together');
   t.same(tokenize('ＦＵＬＬ width'), ['full', 'width'], 'NFKC folds full-width letters');
   t.same(tokenize('cafe\u0301'), ['café'], 'combining marks stay inside the word');
   t.same(tokenize('Привет мир'), ['привет', 'мир']);
