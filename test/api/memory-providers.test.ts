@@ -342,3 +342,25 @@ t.test('embeddings: while the provider is down, reads that need vectors answer 5
   t.equal(exported.status, 200, 'caught up once the provider answers (the runner retries every second)');
   t.equal(exported.body.memories[0].vector.length, 16);
 });
+
+t.test('ingest and chat limits at their edges, with a provider configured', async (t) => {
+  const scope = freshScope();
+  const text8192 = 'ü'.repeat(4096);
+  server.chat.push(facts('edge fact'));
+  const atLimit = await app.memory('POST', '/v1/ingest', { scope, text: text8192, session: 'é'.repeat(64) });
+  t.equal(atLimit.status, 200, 'ingest: 8,192 bytes of text and a 128-byte session pass');
+  t.equal(atLimit.body.facts[0].session, 'é'.repeat(64));
+  const calls = server.chatRequests().length;
+  for (const [body, where] of [
+    [{ scope, text: `${text8192}.` }, 'body.text'],
+    [{ scope, text: '   ' }, 'body.text'],
+    [{ scope, text: 'x', session: `${'é'.repeat(64)}.` }, 'body.session'],
+  ] as const) {
+    const res = await app.memory('POST', '/v1/ingest', body);
+    t.equal(res.status, 400, `ingest: ${where} refused`);
+    t.match(JSON.stringify(res.body.errors), where);
+  }
+  t.equal(server.chatRequests().length, calls, 'refused before the provider is asked');
+  const chat = await app.memory('POST', '/v1/chat', { scope, query: text8192 });
+  t.equal(chat.status, 200, 'chat: an 8,192-byte query passes');
+});
