@@ -136,6 +136,15 @@ t.test('tenants and projects are isolated', async (t) => {
   t.equal((await app.platform(`/projects/${a.projectId}/keys`, { method: 'POST', headers: bearer(b.session), json: {} })).status, 404);
   t.equal((await app.platform(`/projects/${a.projectId}/keys/${a.keyId}`, { method: 'DELETE', headers: bearer(b.session) })).status, 404);
   t.equal((await app.platform('/agents', { headers: bearer(a.key) })).status, 200, 'a\'s key still works after b\'s attempts');
+
+  // Two projects of one tenant: a key belongs to its project, also for that tenant's own session.
+  const one = await projectWithKey(app, 'tenant-iso-c');
+  const two = await projectWithKey(app, 'tenant-iso-c');
+  t.equal((await app.platform(`/projects/${one.projectId}/keys/${two.keyId}`, { method: 'DELETE', headers: bearer(one.session) })).status, 404, 'a key of another project of the same tenant: 404');
+  const listed = (await (await app.platform(`/projects/${one.projectId}/keys`, { headers: bearer(one.session) })).json()) as Array<{ key_id: string }>;
+  t.same(listed.map((k) => k.key_id), [one.keyId], 'each project lists only its own keys');
+  t.equal((await app.platform('/agents', { headers: bearer(two.key) })).status, 200, 'and the other project\'s key still works');
+  t.equal((await app.platform(`/projects/${one.projectId}/config`, { headers: bearer(two.key) })).status, 404, 'a key cannot reach a sibling project');
 });
 
 t.test('browser requests are refused, backend fetch is not', async (t) => {
