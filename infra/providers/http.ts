@@ -17,6 +17,16 @@ export class ProviderError extends Error {
   }
 }
 
+/**
+ * A provider's answer that will not change by asking again: a 4xx other than 408 (timeout) and 429 (rate
+ * limit), e.g. a text over the model's context length. Anything else (network, timeouts, 5xx, 429) may
+ * pass on a later try.
+ */
+export function isPermanentRefusal(error: unknown): error is ProviderError {
+  const status = error instanceof ProviderError ? error.status : undefined;
+  return status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
+}
+
 export interface HttpProviderOptions {
   baseUrl: string;
   apiKey?: string;

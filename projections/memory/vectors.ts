@@ -2,7 +2,7 @@ import type { MemoryDeleted, MemoryStored, MemoryUpdated, ScopeDeleted } from '.
 import type { RecordedEvent } from '../../infra/eventstore/port.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import type { Embedder } from '../../infra/providers/embeddings.js';
-import type { ProviderError } from '../../infra/providers/http.js';
+import { isPermanentRefusal } from '../../infra/providers/http.js';
 import type { Logger } from '../../infra/logger.js';
 import type { VectorIndex } from '../../infra/search/vector.js';
 import type { Projection } from '../projection.js';
@@ -80,16 +80,6 @@ export function vectorsIndexSync(reads: ReadStore, vectors: VectorIndex, model: 
 }
 
 /**
- * A provider's answer that will not change by asking again: a 4xx other than 408 (timeout) and 429 (rate
- * limit), e.g. a text over the model's context length. Anything else (network, timeouts, 5xx, 429) is
- * worth retrying.
- */
-export function isPermanentRefusal(error: unknown): boolean {
-  const status = (error as { name?: string; status?: number })?.name === 'ProviderError' ? (error as { status?: number }).status : undefined;
-  return status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
-}
-
-/**
  * One embedding per live memory, with the model name and dimension. Embeddings are computed in
  * `prepare`, before the read store's transaction opens, so no provider call happens inside it. A provider
  * that fails for a while (network, 5xx, 429) fails the batch, and the runner retries it from its checkpoint
@@ -110,7 +100,7 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
         prepared.set(e.id, (await embedder.embed([e.data.text]))[0]!);
       } catch (error) {
         if (!isPermanentRefusal(error)) throw error;
-        const { status, body } = error as ProviderError;
+        const { status, body } = error;
         log?.error({ provider: 'embeddings', status, upstream_reply: body, agent: e.data.agent, user: e.data.user, memory_id: e.data.memory_id, position: e.position },
           'embeddings: the provider refused this memory\'s text; it gets no vector (rebuild memory-vectors to try again)');
         prepared.set(e.id, null);
