@@ -68,30 +68,25 @@ function normalizedLimit(location: string, given: string, normalized: string, ma
 export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
   const { bus, reads, retrieval } = deps;
 
-  /** Which memory a text stored without an id went to: its event, or, when nothing changed, the live memory holding the text. */
-  function storedIdFor(result: CommandResult<MemoryState, MemoryEvent>, text: string): string {
+  /**
+   * The memory as stored by a command: from its event, or, when nothing changed, from the scope's state.
+   * `id` undefined: a store without id, which went to the memory holding the text (see resolveId).
+   */
+  async function storedView(result: CommandResult<MemoryState, MemoryEvent>, agent: string, user: string, id: string | undefined, text: string, session: string | null): Promise<MemoryView> {
     for (const e of result.events) {
-      if ((e.type === 'MemoryStored' || e.type === 'MemoryUpdated') && e.data.text === text) return e.data.memory_id;
-    }
-    const holding = result.state.byText.get(textKey(text))?.[0];
-    if (holding === undefined) throw new ProblemError(409, 'concurrent-delete', 'the memory holding this text was deleted by a concurrent request');
-    return holding;
-  }
-
-  /** The memory as stored by a command: from its event, or, when nothing changed, from the scope's state. */
-  async function storedView(result: CommandResult<MemoryState, MemoryEvent>, agent: string, user: string, id: string, text: string, session: string | null): Promise<MemoryView> {
-    for (const e of result.events) {
-      if ((e.type === 'MemoryStored' || e.type === 'MemoryUpdated') && e.data.memory_id === id) {
-        return { id, text: e.data.text, session: e.data.session, created_at: e.data.created_at, updated_at: e.type === 'MemoryUpdated' ? e.data.updated_at : e.data.created_at };
+      if ((e.type === 'MemoryStored' || e.type === 'MemoryUpdated') && (id === undefined ? e.data.text === text : e.data.memory_id === id)) {
+        return { id: e.data.memory_id, text: e.data.text, session: e.data.session, created_at: e.data.created_at, updated_at: e.type === 'MemoryUpdated' ? e.data.updated_at : e.data.created_at };
       }
     }
-    const live = result.state.memories.get(id);
-    if (live) return { id, text, session, created_at: live.created_at, updated_at: live.updated_at };
+    const memoryId = id ?? result.state.byText.get(textKey(text))?.[0];
+    if (memoryId === undefined) throw new ProblemError(409, 'concurrent-delete', 'the memory holding this text was deleted by a concurrent request');
+    const live = result.state.memories.get(memoryId);
+    if (live) return { id: memoryId, text, session, created_at: live.created_at, updated_at: live.updated_at };
     // The cached state moved on (a concurrent request changed this memory since): report the read model.
     await deps.waitFor([MEMORIES_PROJECTION], result.position);
-    const doc = await reads.get<MemoryDoc>(MEMORIES, memoryDocId(agent, user, id));
+    const doc = await reads.get<MemoryDoc>(MEMORIES, memoryDocId(agent, user, memoryId));
     if (doc) return toView(doc);
-    throw new ProblemError(409, 'concurrent-delete', `memory ${id} was deleted by a concurrent request`);
+    throw new ProblemError(409, 'concurrent-delete', `memory ${memoryId} was deleted by a concurrent request`);
   }
 
   return [
@@ -110,8 +105,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const session = sessionOf(body.session);
         const result = await bus.handle(memoryStream(agent, user), memoryDecider,
           { type: 'StoreMemory', data: { agent, user, ...(body.id !== undefined ? { memory_id: body.id } : {}), text, session } }, meta);
-        const id = body.id ?? storedIdFor(result, text);
-        return { body: await storedView(result, agent, user, id, text, session), position: result.position };
+        return { body: await storedView(result, agent, user, body.id, text, session), position: result.position };
       },
     }),
     route({
@@ -206,7 +200,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const result = await bus.handle(memoryStream(agent, user), memoryDecider,
           { type: 'IngestFacts', data: { agent, user, session, facts, model: chat.model } }, meta);
         const stored: MemoryView[] = [];
-        for (const fact of facts) stored.push(await storedView(result, agent, user, storedIdFor(result, fact), fact, session));
+        for (const fact of facts) stored.push(await storedView(result, agent, user, undefined, fact, session));
         return { body: { facts: stored }, position: result.position };
       },
     }),
