@@ -3,7 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { loadConfig } from '../../infra/config.js';
-import { memoryProjections } from '../../projections/memory/index.js';
+import { allProjections } from '../../projections/index.js';
+import { MEMORIES_PROJECTION } from '../../projections/memory/memories.js';
+import { PERSONALITY_PROJECTION } from '../../projections/memory/personality.js';
+import { VECTORS_PROJECTION } from '../../projections/memory/vectors.js';
 import { rebuildProjection } from '../../projections/rebuild.js';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
 import { bagOfWords, startOpenAiServer } from '../support/openai-server.js';
@@ -84,7 +87,10 @@ t.test('projection rebuilds (as `ops projections rebuild` runs them) keep delete
   // Fresh projection objects, like the ops CLI process has: the server's in-process indexes learn of the
   // swapped generation by themselves.
   const config = loadConfig({ DATA_DIR: app.dataDir });
-  for (const projection of memoryProjections(config)) {
+  const memoryNames = [MEMORIES_PROJECTION, PERSONALITY_PROJECTION, VECTORS_PROJECTION];
+  const memoryProjections = allProjections(config).filter((p) => memoryNames.includes(p.name));
+  t.equal(memoryProjections.length, 3);
+  for (const projection of memoryProjections) {
     const checkpoint = await rebuildProjection(app.events, app.reads, projection);
     t.ok(checkpoint.generation > 1, `${projection.name} rebuilt as generation ${checkpoint.generation}`);
   }
@@ -118,7 +124,7 @@ t.test('changing the embedding model, then rebuilding memory-vectors, re-embeds 
   const exported = await json(app, 'GET', `/v1/export?${qs(scope)}`);
   t.same(exported.body.memories.map((m: { vector_model: string }) => m.vector_model), ['embed-a', 'embed-a', 'embed-b']);
 
-  const vectors = memoryProjections(loadConfig({ ...env('embed-b'), DATA_DIR: dataDir })).find((p) => p.name === 'memory-vectors')!;
+  const vectors = allProjections(loadConfig({ ...env('embed-b'), DATA_DIR: dataDir })).find((p) => p.name === VECTORS_PROJECTION)!;
   await rebuildProjection(app.events, app.reads, vectors);
   const rebuilt = await json(app, 'POST', '/v1/search', { scope, query: 'swift', mode: 'semantic', limit: 10 });
   t.same(texts(rebuilt.body.results), ['swift in the rain', 'swift over the lake', 'swift under the bridge']);
