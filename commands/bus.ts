@@ -50,7 +50,8 @@ interface CacheEntry<State> {
  * still being committed. So commands on a hot stream pipeline into the store's group commit instead of
  * conflicting. The expected revision still guards every append: if another process wrote the stream,
  * or an earlier append failed, the append fails, the cache entry is dropped and the command is decided
- * again on fresh state (bounded).
+ * again on fresh state (bounded). A decision that appends nothing (no change, or a refusal) has no
+ * expected revision to guard it, so it stands only after a look at the stream's current revision.
  */
 export class CommandBus {
   private readonly cache = new Map<string, CacheEntry<unknown>>();
@@ -69,13 +70,28 @@ export class CommandBus {
   private async decideOn<State, Command, Event extends DomainEvent>(
     stream: string, decider: Decider<State, Command, Event>, command: Command, meta: RequestMeta, sequence: number,
   ) {
-    const entry = (this.cache.get(stream) as CacheEntry<State> | undefined) ?? (await this.load(stream, decider));
+    const cached = this.cache.get(stream) as CacheEntry<State> | undefined;
+    let entry = cached ?? (await this.load(stream, decider));
     const now = this.clock().toISOString();
     const requestHash = createHash('sha256').update(JSON.stringify(command)).digest('hex');
     const context: CommandContext = {
       now, actor: meta.actor, project_id: meta.project_id, tenant_id: meta.tenant_id, request_key: meta.request_key, request_hash: requestHash,
     };
-    const events = decider.decide(command, entry.state, context);
+    let events: Event[];
+    try {
+      events = decider.decide(command, entry.state, context);
+    } catch (error) {
+      // A refusal appends nothing, so no expected revision would catch a cached state that another node
+      // has moved past (a key it created, a value it changed): refuse only on the stream as it is.
+      if (!cached || !(await this.isStale(stream, cached))) throw error;
+      entry = await this.reload(stream, decider);
+      events = decider.decide(command, entry.state, context);
+    }
+    // Likewise for a command that changes nothing (a value set to what it already is, here).
+    if (events.length === 0 && cached && entry === cached && (await this.isStale(stream, cached))) {
+      entry = await this.reload(stream, decider);
+      events = decider.decide(command, entry.state, context);
+    }
     if (events.length === 0) {
       return { result: { events, state: entry.state, revision: entry.revision }, entry, newEvents: undefined, expected: entry.revision as ExpectedRevision };
     }
@@ -147,6 +163,18 @@ export class CommandBus {
         if (!(error instanceof WrongExpectedVersionError) || attempt >= MAX_ATTEMPTS) throw error;
       }
     }
+  }
+
+  /** The log has events of `stream` past the cached state: another process appended to it. */
+  private async isStale(stream: string, entry: CacheEntry<unknown>): Promise<boolean> {
+    const info = await this.store.streamInfo(stream);
+    return (info?.revision ?? -1) > entry.revision;
+  }
+
+  private async reload<State, Event extends DomainEvent>(stream: string, decider: Decider<State, unknown, Event>): Promise<CacheEntry<State>> {
+    const entry = await this.load(stream, decider);
+    this.remember(stream, entry);
+    return entry;
   }
 
   private async load<State, Event extends DomainEvent>(stream: string, decider: Decider<State, unknown, Event>): Promise<CacheEntry<State>> {

@@ -98,3 +98,33 @@ t.test('a replayed request (same Idempotency-Key) answers as the first time and 
   const events = await store.readStream(stream);
   t.same(events.map((e) => (e.data as { value: number }).value), [1, 2, 1]);
 });
+
+t.test('a command that changes nothing, or is refused, is decided on the stream as another node left it', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const store = new EmbeddedEventStore(file);
+  const other = new EmbeddedEventStore(file); // a second API node on the same log
+  t.teardown(async () => { await store.close(); await other.close(); });
+  const [nodeA, nodeB] = [new CommandBus(store), new CommandBus(other)];
+  const stream = configStream('p');
+  const del = (key: string) => ({ type: 'DeleteConfigValue' as const, data: { project_id: 'p', key } });
+  const setKey = (key: string, value: number) => ({ type: 'SetConfigValue' as const, data: { project_id: 'p', key, value } });
+
+  await nodeA.handle(stream, configDecider, set(1), meta()); // node A caches k = 1
+  await nodeB.handle(stream, configDecider, set(2), meta()); // node B sets k = 2
+  // On node A's cached state, k = 1 is "nothing to do": the write would be lost.
+  const again = await nodeA.handle(stream, configDecider, set(1), meta());
+  t.equal(again.events.length, 1, 'k = 1 is appended, not answered from the stale cache');
+  const last = (await store.readStream(stream)).at(-1)!;
+  t.same([last.type, last.data.value], ['ConfigValueSet', 1]);
+
+  // A key node B creates is unknown to node A's cache: deleting it through node A must not be a 404.
+  await nodeB.handle(stream, configDecider, setKey('fresh', 7), meta());
+  const deleted = await nodeA.handle(stream, configDecider, del('fresh'), meta());
+  t.same(deleted.events.map((e) => e.type), ['ConfigValueDeleted']);
+  // A key that really does not exist is still refused.
+  await t.rejects(nodeA.handle(stream, configDecider, del('never'), meta()), { name: 'DomainError', kind: 'not_found' });
+  // And an unchanged value with nothing new in the log appends nothing.
+  const unchanged = await nodeA.handle(stream, configDecider, set(1), meta());
+  t.same(unchanged.events, []);
+  t.equal(unchanged.position, deleted.position);
+});
