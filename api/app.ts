@@ -88,7 +88,7 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
       .catch((error) => log.warn({ err: error, key_id: use.key_id }, 'could not record API key use'));
   };
 
-  const deps: PlatformDeps = { bus, events, reads, waitFor: (name, position) => waitFor([name], position) };
+  const deps: PlatformDeps = { bus, events, reads, waitFor: (name, position) => waitFor([name], position), log };
   platformAuth = platformAuthenticator(config.auth, reads, recordKeyUse, clock);
   const platformApp = createPlatformApp(deps, {
     authenticate: platformAuth.authenticate,

@@ -1,5 +1,6 @@
 import type { CommandBus } from '../../commands/bus.js';
 import type { EventStore } from '../../infra/eventstore/port.js';
+import type { Logger } from '../../infra/logger.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import type { ProjectDoc } from '../../projections/projects/projection.js';
 import { notFound } from '../http/problem.js';
@@ -12,6 +13,7 @@ export interface PlatformDeps {
   reads: ReadStore;
   /** Waits until the named projection has applied `position` (used where a command must be visible at once, e.g. key revocation). */
   waitFor(projection: string, position: number): Promise<void>;
+  log: Logger;
 }
 
 /**

@@ -197,3 +197,29 @@ t.test('a key revoked through one node stops working on another that shares the 
   for (const deadline = started + 5000; Date.now() < deadline && onB !== 401; await new Promise((r) => setTimeout(r, 20))) onB = (await list(b)).status;
   t.equal(onB, 401, `refused by node B once its projection sees the revocation (after ${Date.now() - started} ms)`);
 });
+
+t.test('key creation: a repeat with the same Idempotency-Key is 409, and a slow read model never loses the secret', async (t) => {
+  const { projectId, session } = await projectWithKey(app, 'tenant-key-replay');
+  const headers = { ...bearer(session), 'Idempotency-Key': 'create-key-0001' };
+  const first = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers, json: { name: 'ci' } });
+  t.equal(first.status, 200);
+  const again = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers, json: { name: 'ci' } });
+  t.equal(again.status, 409, 'the secret cannot be shown twice');
+  t.match(await again.json(), { status: 409, detail: /cannot be shown again/ });
+  const other = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers, json: { name: 'another' } });
+  t.equal(other.status, 409, 'a different request with that key too: it already created a key');
+
+  // A node whose read model cannot catch up within CONSISTENCY_TIMEOUT_MS (0 here, runners in the HTTP
+  // thread with their 2 ms batch window) still hands out the durable key instead of a 503.
+  const slow = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '0', PROJECTIONS_THREAD: 'false' }, { dataDir: app.dataDir });
+  t.teardown(() => slow.stop());
+  const created = await slow.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { name: 'slow' } });
+  t.equal(created.status, 200);
+  const { key } = (await created.json()) as { key: string };
+  t.match(key, KEY_SHAPE);
+  t.ok(Number(created.headers.get('x-event-position')) > 0);
+  // The key works once a read model has it (a node started now catches up before it serves).
+  const fresh = await startTestCairn({}, { dataDir: app.dataDir });
+  t.teardown(() => fresh.stop());
+  t.equal((await fresh.platform(`/projects/${projectId}/config`, { headers: bearer(key) })).status, 200);
+});

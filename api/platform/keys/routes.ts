@@ -4,6 +4,8 @@ import { randomUUID } from 'node:crypto';
 import { apiKeyDecider, apiKeyStream } from '../../../domain/apikeys/decider.js';
 import { findAll } from '../../../infra/readstore/port.js';
 import type { ApiKeyDoc } from '../../../projections/apikeys/projection.js';
+import { DomainError } from '../../../domain/shared/decider.js';
+import { ConsistencyTimeoutError } from '../../../projections/runner.js';
 import { ProblemError } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
 import { check } from '../../http/validation.js';
@@ -27,7 +29,9 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
     route({
       method: 'POST', path: '/projects/:projectId/keys', operationId: 'createApiKey', tag: 'API keys', auth: ['session'],
       summary: 'Create a project API key',
-      description: 'Returns the full key once. Only its SHA-256 hash is stored. The key works as soon as this response is sent.',
+      description: 'Returns the full key once. Only its SHA-256 hash is stored. The key works as soon as this response is sent '
+        + '(should the read model not apply it within CONSISTENCY_TIMEOUT_MS, the key is still returned and works once it does). '
+        + 'A repeat with the same Idempotency-Key is 409: the secret cannot be shown twice.',
       params: ProjectKeyParams, body: CreateApiKeyBody,
       responses: { 200: { description: 'the new key, including `key`', schema: ApiKeyCreated } },
       errors: [400, 401, 403, 404, 409],
@@ -44,9 +48,20 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
           key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name?.trim() || 'default',
           key_prefix: prefix, key_hash: hash, scopes: body.scopes ?? ['*'], expires_at: expiresAt ? new Date(expiresAt).toISOString() : null,
         };
-        const result = await deps.bus.handle(apiKeyStream(keyId), apiKeyDecider, { type: 'CreateApiKey', data }, meta);
-        if (result.events.length === 0) throw new ProblemError(409, 'idempotency-replay', 'this Idempotency-Key already created a key; its secret cannot be shown again');
-        await deps.waitFor('api-keys', result.position);
+        const replayed = () => new ProblemError(409, 'idempotency-replay', 'this Idempotency-Key already created a key; its secret cannot be shown again');
+        // The command carries the new secret's hash, so a repeat never matches the first request: it is
+        // a replay (409), not the same key used for a different request (422).
+        const result = await deps.bus.handle(apiKeyStream(keyId), apiKeyDecider, { type: 'CreateApiKey', data }, meta).catch((error: unknown) => {
+          throw error instanceof DomainError && error.kind === 'idempotency_mismatch' ? replayed() : error;
+        });
+        if (result.events.length === 0) throw replayed();
+        // The key is durable now, and this response is the only time its secret is shown: if the read
+        // model does not apply it within CONSISTENCY_TIMEOUT_MS, the key is still returned (it works as
+        // soon as the projection catches up) rather than lost behind a 503.
+        await deps.waitFor('api-keys', result.position).catch((error: unknown) => {
+          if (!(error instanceof ConsistencyTimeoutError)) throw error;
+          deps.log.warn({ key_id: keyId, position: result.position }, 'api key created; the api-keys read model has not applied it yet');
+        });
         const created = result.events[0]!.data as { created_at: string; created_by: string };
         const { key_hash: _hash, ...shown } = data;
         return {
