@@ -104,3 +104,24 @@ t.test('consistency tokens', async (t) => {
   t.ok(Date.now() - started >= 250, 'it waited (bounded by CONSISTENCY_TIMEOUT_MS)');
   t.equal((await app.platform(path(), { headers: { ...auth, 'X-Min-Position': String(head) } })).status, 200);
 });
+
+t.test('Idempotency-Key: a repeated PUT or DELETE answers with the first one\'s position, also after later changes', async (t) => {
+  const call = (method: string, k: string, idem: string, value?: unknown) =>
+    app.platform(path(k), { method, headers: { ...auth, 'Idempotency-Key': idem }, ...(value !== undefined ? { json: value } : {}) });
+  const first = await call('PUT', 'idem', 'put-idem-0001', 'v1');
+  t.equal(first.status, 200);
+  await put('other', 'later change'); // the stream moves on
+  const repeat = await call('PUT', 'idem', 'put-idem-0001', 'v1');
+  t.equal(repeat.status, 200);
+  t.equal(repeat.headers.get('x-event-position'), first.headers.get('x-event-position'), 'a repeated PUT: the first position');
+
+  const deleted = await call('DELETE', 'idem', 'delete-idem-0001');
+  t.equal(deleted.status, 204);
+  await put('other', 'another later change');
+  const deletedAgain = await call('DELETE', 'idem', 'delete-idem-0001');
+  t.equal(deletedAgain.status, 204, 'a retried DELETE is not a 404');
+  t.equal(deletedAgain.headers.get('x-event-position'), deleted.headers.get('x-event-position'));
+  const gone = await app.platform(path('idem'), { headers: { ...auth, 'X-Min-Position': deletedAgain.headers.get('x-event-position')! } });
+  t.equal(gone.status, 404);
+  t.equal((await call('DELETE', 'idem', 'delete-idem-0002')).status, 404, 'a new request to delete what is gone is still 404');
+});

@@ -40,12 +40,20 @@ t.test('api keys', async (t) => {
 
 t.test('config', async (t) => {
   const spec = deciderSpec(t, configDecider);
-  const set: ConfigValueSet = { type: 'ConfigValueSet', data: { project_id: 'p1', key: 'a', value: { x: 1 }, set_at: ctx.now } };
-  spec.given([]).when({ type: 'SetConfigValue', data: { project_id: 'p1', key: 'a', value: { x: 1 } } }).then([set]);
-  spec.given([set]).when({ type: 'SetConfigValue', data: { project_id: 'p1', key: 'a', value: { x: 1 } } }).then([]);
-  spec.given([]).when({ type: 'DeleteConfigValue', data: { project_id: 'p1', key: 'a' } }).thenThrows('not_found');
-  spec.given([set]).when({ type: 'DeleteConfigValue', data: { project_id: 'p1', key: 'a' } })
-    .then([{ type: 'ConfigValueDeleted', data: { project_id: 'p1', key: 'a', deleted_at: ctx.now } }]);
+  const set: ConfigValueSet = { type: 'ConfigValueSet', data: { project_id: 'p1', key: 'a', value: { x: 1 }, set_at: ctx.now, request_key: ctx.request_key } };
+  const setByOther: ConfigValueSet = { ...set, data: { ...set.data, request_key: 'another-request' } };
+  const setInOldLog: ConfigValueSet = { ...set, data: { project_id: 'p1', key: 'a', value: { x: 1 }, set_at: ctx.now } };
+  const deleted = { type: 'ConfigValueDeleted' as const, data: { project_id: 'p1', key: 'a', deleted_at: ctx.now, request_key: ctx.request_key } };
+  const put = { type: 'SetConfigValue' as const, data: { project_id: 'p1', key: 'a', value: { x: 1 } } };
+  const del = { type: 'DeleteConfigValue' as const, data: { project_id: 'p1', key: 'a' } };
+  spec.given([]).when(put).then([set]);
+  spec.given([setByOther]).when(put).then([], 'the value is already so: nothing to append');
+  spec.given([setInOldLog]).when(put).then([], 'also for events written before request keys were recorded');
+  spec.given([set]).when(put).then([set], 'a repeat of the request that set it decides the same event (the store answers it as a replay)');
+  spec.given([]).when(del).thenThrows('not_found');
+  spec.given([setByOther]).when(del).then([deleted]);
+  spec.given([setByOther, { ...deleted, data: { ...deleted.data, request_key: 'another-request' } }]).when(del).thenThrows('not_found');
+  spec.given([setByOther, deleted]).when(del).then([deleted], 'a repeat of the deleting request is not a 404 but the same deletion again');
 });
 
 t.test('agents and their names', async (t) => {
