@@ -38,7 +38,22 @@ export async function rebuildProjection(
   onProgress?.({ position, head, applied });
   for (;;) {
     const batch = await events.readAll(position, { limit: BATCH });
-    if (batch.length === 0) break;
+    if (batch.length === 0) {
+      // Narrows (not closes) the window in which a rebuild started since our last batch would be swapped in instead.
+      const current = await reads.rebuildCheckpoint(name);
+      if (current?.generation !== generation) throw new RebuildSupersededError(name);
+      const { swapped, live } = await reads.finishRebuild(name);
+      if (swapped) return live;
+      // The live runner applied events past ours meanwhile (or stored a position past the last event this
+      // log returns, e.g. after EventStoreDB system events): catch up with it, then swap.
+      const more = await events.readAll(position, { limit: 1 });
+      if (more.length === 0) {
+        const ok = await reads.applyBatch(name, { position, generation }, live.position, async () => {}, { rebuild: true });
+        if (!ok) throw new RebuildSupersededError(name);
+        position = live.position;
+      }
+      continue;
+    }
     const last = batch[batch.length - 1]!.position;
     const relevant = batch.filter((e) => projection.canHandle.includes(e.type));
     if (relevant.length > 0) await projection.prepare?.(relevant);
@@ -53,8 +68,4 @@ export async function rebuildProjection(
     head = Math.max(head, position);
     onProgress?.({ position, head, applied });
   }
-  // Narrows (not closes) the window in which a rebuild started since our last batch would be swapped in instead.
-  const current = await reads.rebuildCheckpoint(name);
-  if (current?.generation !== generation) throw new RebuildSupersededError(name);
-  return reads.finishRebuild(name);
 }

@@ -285,17 +285,20 @@ export class EmbeddedReadStore implements ReadStore {
     return this.slot(projection, 'rebuild');
   }
 
-  async finishRebuild(projection: string): Promise<CheckpointInfo> {
+  async finishRebuild(projection: string): Promise<{ swapped: boolean; live: CheckpointInfo }> {
     return this.exclusive(async () => this.db.transaction(() => {
       const rebuilt = this.slot(projection, 'rebuild');
       const live = this.slot(projection, 'live');
       if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
+      // Checked in the swap's own transaction: a live batch commits either before (and is seen here) or
+      // after (and is refused by its guarded checkpoint, so its runner re-reads from the rebuilt one).
+      if (live.position > rebuilt.position) return { swapped: false, live };
       this.prepare(`UPDATE rm_checkpoints SET position = ?, generation = ?, updated_at = ? WHERE projection = ? AND slot = 'live'`)
         .run(rebuilt.position, rebuilt.generation, new Date().toISOString(), projection);
       this.prepare(`DELETE FROM rm_checkpoints WHERE projection = ? AND slot = 'rebuild'`).run(projection);
       this.dropTables(projection, live.generation);
       this.liveTables.clear();
-      return this.slot(projection, 'live')!;
+      return { swapped: true, live: this.slot(projection, 'live')! };
     })());
   }
 

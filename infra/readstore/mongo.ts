@@ -278,21 +278,27 @@ export class MongoReadStore implements ReadStore {
    * resolve the live generation from it, and a live batch still expecting the old generation no longer
    * matches it. The old generation is dropped afterwards (collection drops cannot run in a transaction).
    */
-  async finishRebuild(projection: string): Promise<CheckpointInfo> {
+  async finishRebuild(projection: string): Promise<{ swapped: boolean; live: CheckpointInfo }> {
     const rebuilt = await this.slot(projection, 'rebuild');
     const live = await this.slot(projection, 'live');
     if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
     if (rebuilt.generation !== live.generation) {
+      // The live runner's batches move this document with a guarded update too: whichever comes second
+      // finds it changed. A live checkpoint past the rebuilt one means: catch up first.
       const swapped = await this.checkpoints.updateOne(
-        { _id: slotId(projection, 'live'), generation: live.generation },
+        { _id: slotId(projection, 'live'), generation: live.generation, position: { $lte: rebuilt.position } },
         { $set: { position: rebuilt.position, generation: rebuilt.generation, updated_at: new Date().toISOString() } },
       );
-      if (swapped.matchedCount === 0) throw new Error(`the live checkpoint of ${projection} changed during finishRebuild`);
+      if (swapped.matchedCount === 0) {
+        const now = await this.slot(projection, 'live');
+        if (now && now.generation === live.generation && now.position > rebuilt.position) return { swapped: false, live: now };
+        throw new Error(`the live checkpoint of ${projection} changed during finishRebuild`);
+      }
     }
     // A swap interrupted after the update above leaves rebuild === live: finishing again only clears the slot.
     await this.checkpoints.deleteOne({ _id: slotId(projection, 'rebuild'), generation: rebuilt.generation });
     if (rebuilt.generation !== live.generation) await this.dropCollections(projection, live.generation);
-    return (await this.slot(projection, 'live'))!;
+    return { swapped: true, live: (await this.slot(projection, 'live'))! };
   }
 
   async close(): Promise<void> {

@@ -71,8 +71,13 @@ export interface ReadStore {
   /** Blue/green rebuild: a fresh generation written from position 0 under a separate checkpoint. */
   startRebuild(projection: string): Promise<CheckpointInfo>;
   rebuildCheckpoint(projection: string): Promise<CheckpointInfo | undefined>;
-  /** Atomically makes the rebuilt generation live if it has reached `minPosition`; drops the old one. */
-  finishRebuild(projection: string): Promise<CheckpointInfo>;
+  /**
+   * Atomically makes the rebuilt generation live and drops the old one, if the rebuild has reached the
+   * live checkpoint. If the live runner has applied events past it meanwhile, nothing changes
+   * (`swapped: false`): the rebuild catches up with `live.position` and tries again, so the swap never
+   * loses an event that readers were told (by the live position) had been applied.
+   */
+  finishRebuild(projection: string): Promise<{ swapped: boolean; live: CheckpointInfo }>;
   listCheckpoints(): Promise<CheckpointInfo[]>;
   close(): Promise<void>;
 }

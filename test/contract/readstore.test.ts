@@ -217,31 +217,40 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.same(await subject.physical(), ['agents@1', 'agents@2', 'docs@1', 'docs@2', 'others@1'], 'a fresh generation beside the live one');
     t.same(await store.checkpoint('alpha'), live, 'the live checkpoint is untouched');
 
-    t.equal(await store.applyBatch('alpha', { position: 0, generation: 2 }, 25, async (w) => {
-      await w.put('agents', { id: 'a1', name: 'Rebuilt' }, 25);
-      await w.put('docs', { id: 'r1', score: 1, active: true, meta: { level: 1 } }, 25);
+    // Positions past the live runner's, so that the rebuild has caught up when it is swapped in.
+    const top = live.position + 15;
+    t.equal(await store.applyBatch('alpha', { position: 0, generation: 2 }, live.position - 1, async (w) => {
+      await w.put('agents', { id: 'a1', name: 'Rebuilt early' }, live.position - 1);
     }, { rebuild: true }), true, 'a rebuild batch');
-    t.equal(await store.applyBatch('alpha', { position: 0, generation: 2 }, 26, async () => {}, { rebuild: true }), false,
+    t.match(await store.finishRebuild('alpha'), { swapped: false, live: { position: live.position, generation: 1 } },
+      'not swapped in before it has reached the live checkpoint');
+    t.match(await store.get('agents', 'a1'), { name: 'Back' }, 'nothing changed');
+    t.equal(await store.applyBatch('alpha', { position: live.position - 1, generation: 2 }, top, async (w) => {
+      await w.put('agents', { id: 'a1', name: 'Rebuilt' }, top);
+      await w.put('docs', { id: 'r1', score: 1, active: true, meta: { level: 1 } }, top);
+    }, { rebuild: true }), true, 'the rebuild catches up');
+    t.equal(await store.applyBatch('alpha', { position: 0, generation: 2 }, top + 1, async () => {}, { rebuild: true }), false,
       'the rebuild slot has its own guarded checkpoint');
     t.match(await store.get('agents', 'a1'), { name: 'Back' }, 'queries still read the live generation');
     t.equal(await store.get('docs', 'r1'), undefined);
     t.equal(await store.count('docs'), DOCS.length);
     t.equal(await apply('alpha', live.position + 1, async (w) => { await w.put('agents', { id: 'a9', name: 'Live' }, live.position + 1); }),
       true, 'the live projection keeps running meanwhile');
-    t.match(await store.rebuildCheckpoint('alpha'), { position: 25, generation: 2 });
+    t.match(await store.rebuildCheckpoint('alpha'), { position: top, generation: 2 });
 
-    const finished = await store.finishRebuild('alpha');
-    t.match(finished, { projection: 'alpha', position: 25, generation: 2 });
+    const { swapped, live: finished } = await store.finishRebuild('alpha');
+    t.equal(swapped, true);
+    t.match(finished, { projection: 'alpha', position: top, generation: 2 });
     t.same(await store.checkpoint('alpha'), finished, 'the live checkpoint is the rebuilt one');
     t.equal(await store.rebuildCheckpoint('alpha'), undefined);
-    t.match(await store.get('agents', 'a1'), { name: 'Rebuilt', _position: 25 }, 'queries read the rebuilt documents');
+    t.match(await store.get('agents', 'a1'), { name: 'Rebuilt', _position: top }, 'queries read the rebuilt documents');
     t.equal(await store.get('agents', 'a9'), undefined);
     t.same((await store.find('docs')).items.map((d) => d.id), ['r1']);
     t.same(await subject.physical(), ['agents@2', 'docs@2', 'others@1'], 'the old generation is gone');
     t.equal(await store.applyBatch('alpha', { position: live.position + 1, generation: 1 }, 200, async () => {}), false,
       'a live batch expecting the old generation is refused');
-    t.equal(await store.applyBatch('alpha', { position: 25, generation: 2 }, 26, async (w) => {
-      await w.put('agents', { id: 'a1', name: 'After' }, 26);
+    t.equal(await store.applyBatch('alpha', { position: top, generation: 2 }, top + 1, async (w) => {
+      await w.put('agents', { id: 'a1', name: 'After' }, top + 1);
     }), true, 'the runner continues from the rebuilt checkpoint');
     t.match(await store.get('agents', 'a1'), { name: 'After' });
 
@@ -250,7 +259,13 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.match(await store.startRebuild('alpha'), { generation: 3 });
     t.match(await store.startRebuild('alpha'), { position: 0, generation: 4 }, 'starting again abandons the previous attempt');
     t.same(await subject.physical(), ['agents@2', 'agents@4', 'docs@2', 'docs@4', 'others@1'], 'whose tables are dropped');
-    t.match(await store.finishRebuild('alpha'), { position: 0, generation: 4 });
+    // The live runner is at top + 1: a rebuild that has not reached it is not swapped in (readers told
+    // that it was applied would miss it), and nothing changes until it has.
+    t.match(await store.finishRebuild('alpha'), { swapped: false, live: { position: top + 1, generation: 2 } });
+    t.match(await store.rebuildCheckpoint('alpha'), { position: 0, generation: 4 });
+    t.match(await store.get('agents', 'a1'), { name: 'After' });
+    t.equal(await store.applyBatch('alpha', { position: 0, generation: 4 }, top + 1, async () => {}, { rebuild: true }), true);
+    t.match(await store.finishRebuild('alpha'), { swapped: true, live: { position: top + 1, generation: 4 } });
     t.same(await subject.physical(), ['agents@4', 'docs@4', 'others@1']);
   });
 
