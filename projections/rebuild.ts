@@ -56,7 +56,7 @@ export async function rebuildProjection(
     }
     const last = batch[batch.length - 1]!.position;
     const relevant = batch.filter((e) => projection.canHandle.includes(e.type));
-    if (relevant.length > 0) await projection.prepare?.(relevant);
+    if (relevant.length > 0) await projection.prepare?.(relevant, events);
     const ok = await reads.applyBatch(name, { position, generation }, last, async (writer) => {
       for (const event of relevant) await projection.apply(event, writer);
     }, { rebuild: true });

@@ -170,7 +170,7 @@ export class ProjectionRunner {
       this.schedulePersist();
       return true;
     }
-    await this.projection.prepare?.(relevant);
+    await this.projection.prepare?.(relevant, this.events);
     const ok = await this.commit(last, async (writer) => {
       for (const event of relevant) await this.projection.apply(event, writer);
     });

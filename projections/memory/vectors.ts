@@ -1,5 +1,5 @@
 import type { MemoryDeleted, MemoryStored, MemoryUpdated, ScopeDeleted } from '../../domain/memory/decider.js';
-import type { RecordedEvent } from '../../infra/eventstore/port.js';
+import type { EventStore, RecordedEvent } from '../../infra/eventstore/port.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import type { Embedder } from '../../infra/providers/embeddings.js';
 import { isPermanentRefusal } from '../../infra/providers/http.js';
@@ -79,6 +79,75 @@ export function vectorsIndexSync(reads: ReadStore, vectors: VectorIndex, model: 
   });
 }
 
+type Texted = RecordedEvent & (MemoryStored | MemoryUpdated);
+type Log = Pick<EventStore, 'readStream' | 'headPosition'>;
+
+/** How many scope streams' later changes are remembered while a runner or a rebuild is behind the head. */
+const LOOKAHEAD_STREAMS = 64;
+
+/**
+ * Which texts are superseded by an event that follows them in the log: a later store, update or
+ * deletion of the same memory, or the deletion of its scope. A projection behind the head (a rebuild
+ * from position 0, a runner catching up) must not send those texts to the embeddings provider: they
+ * would only be replaced, and a text the user deleted must not go to a third party again.
+ */
+class Lookahead {
+  /** Per scope stream: the revision from which its later events were read, and the last change of each memory and of the scope. */
+  private readonly streams = new Map<string, Changes & { from: number }>();
+
+  async superseded(candidates: Texted[], batch: RecordedEvent[], log: Log): Promise<Set<string>> {
+    const out = new Set<string>();
+    const within = changes(batch);
+    for (const e of candidates) if (isSupersededBy(e, within)) out.add(e.id);
+    const end = batch[batch.length - 1]!.position;
+    if ((await log.headPosition()) <= end) {
+      this.streams.clear(); // caught up: nothing follows the batch
+      return out;
+    }
+    for (const e of candidates) {
+      if (out.has(e.id)) continue;
+      let later = this.streams.get(e.stream);
+      if (!later || later.from > e.revision + 1) {
+        later = { from: e.revision + 1, ...changes(await readFrom(log, e.stream, e.revision + 1)) };
+        this.streams.delete(e.stream);
+        this.streams.set(e.stream, later);
+        if (this.streams.size > LOOKAHEAD_STREAMS) this.streams.delete(this.streams.keys().next().value!);
+      }
+      if (isSupersededBy(e, later)) out.add(e.id);
+    }
+    return out;
+  }
+}
+
+async function readFrom(log: Log, stream: string, fromRevision: number): Promise<RecordedEvent[]> {
+  const out: RecordedEvent[] = [];
+  for (let from = fromRevision; ;) {
+    const page = await log.readStream(stream, { fromRevision: from, limit: 1000 });
+    out.push(...page);
+    if (page.length < 1000) return out;
+    from = page[page.length - 1]!.revision + 1;
+  }
+}
+
+/** The last position at which each memory (scope + id), and each scope as a whole, changed. */
+type Changes = { memory: Map<string, number>; scope: Map<string, number> };
+
+function changes(events: RecordedEvent[]): Changes {
+  const out: Changes = { memory: new Map(), scope: new Map() };
+  for (const e of events) {
+    const data = e.data as { agent: string; user: string; memory_id?: string };
+    const scope = scopeKey(data.agent, data.user);
+    if (e.type === 'ScopeDeleted') out.scope.set(scope, e.position);
+    else if (data.memory_id !== undefined) out.memory.set(`${scope}\u0000${data.memory_id}`, e.position);
+  }
+  return out;
+}
+
+function isSupersededBy(e: Texted, later: Changes): boolean {
+  const scope = scopeKey(e.data.agent, e.data.user);
+  return (later.memory.get(`${scope}\u0000${e.data.memory_id}`) ?? -1) > e.position || (later.scope.get(scope) ?? -1) > e.position;
+}
+
 /**
  * One embedding per live memory, with the model name and dimension. Embeddings are computed in
  * `prepare`, before the read store's transaction opens, so no provider call happens inside it. A provider
@@ -87,14 +156,19 @@ export function vectorsIndexSync(reads: ReadStore, vectors: VectorIndex, model: 
  * refuses a batch for good (a 4xx) is asked for each text on its own, and a text it still refuses gets no
  * vector (logged, and any older vector of the memory is dropped): one text must not stop the projection
  * for every scope. The memory stays in lexical search and export; rebuilding this projection re-embeds
- * every live memory from the log with the configured model. With a `sink`, committed batches (with their
+ * every live memory from the log with the configured model. A text that a later event of the log
+ * replaces or deletes is never sent to the provider (see Lookahead). With a `sink`, committed batches (with their
  * vectors) also go to the vector index (see vectorsIndexSync).
  */
 export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[]>, log?: Logger): Projection {
-  /** Event id → its text's embedding (null: refused by the provider), from `prepare` until the batch has been committed. */
-  const prepared = new Map<string, Float32Array | null>();
+  /**
+   * Event id → its text's embedding, from `prepare` until the batch has been committed. null: refused by
+   * the provider; 'superseded': a later event of the log replaces or deletes the text, so it was not embedded.
+   */
+  const prepared = new Map<string, Float32Array | null | 'superseded'>();
+  const lookahead = new Lookahead();
 
-  async function embedEach(events: Array<RecordedEvent & (MemoryStored | MemoryUpdated)>): Promise<void> {
+  async function embedEach(events: Texted[]): Promise<void> {
     for (const e of events) {
       try {
         prepared.set(e.id, (await embedder.embed([e.data.text]))[0]!);
@@ -112,8 +186,12 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
     name: VECTORS_PROJECTION,
     collections: [{ name: VECTORS, indexes: [['agent', 'user']] }],
     canHandle: ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'ScopeDeleted'],
-    async prepare(events) {
-      const toEmbed = events.filter((e) => e.type === 'MemoryStored' || e.type === 'MemoryUpdated') as unknown as Array<RecordedEvent & (MemoryStored | MemoryUpdated)>;
+    async prepare(events, log) {
+      const texts = events.filter((e) => e.type === 'MemoryStored' || e.type === 'MemoryUpdated') as unknown as Texted[];
+      if (texts.length === 0) return;
+      const superseded = await lookahead.superseded(texts, events, log);
+      for (const id of superseded) prepared.set(id, 'superseded');
+      const toEmbed = texts.filter((e) => !superseded.has(e.id));
       if (toEmbed.length === 0) return;
       let vectors: Float32Array[];
       try {
@@ -134,10 +212,10 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
           let vector = prepared.get(event.id);
           if (vector === undefined) {
             // Only if the same projection object serves two runners at once; normally `prepare` did this.
-            await embedEach([event as RecordedEvent & (MemoryStored | MemoryUpdated)]);
+            await embedEach([event as Texted]);
             vector = prepared.get(event.id)!;
           }
-          if (vector === null) {
+          if (vector === null || vector === 'superseded') {
             await writer.delete(VECTORS, memoryDocId(agent, user, e.data.memory_id), event.position);
             return;
           }
@@ -156,7 +234,10 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
       }
     },
     afterCommit(events, generation) {
-      const batch = events.map((event) => ({ event: event as unknown as Handled, vector: prepared.get(event.id) ?? undefined }));
+      const batch = events.map((event) => {
+        const vector = prepared.get(event.id);
+        return { event: event as unknown as Handled, vector: vector instanceof Float32Array ? vector : undefined };
+      });
       for (const event of events) prepared.delete(event.id);
       sink?.afterCommit(batch, generation);
     },

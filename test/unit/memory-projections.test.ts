@@ -1,6 +1,6 @@
 import t from 'tap';
 import type { MemoryEvent } from '../../domain/memory/decider.js';
-import type { RecordedEvent } from '../../infra/eventstore/port.js';
+import type { EventStore, RecordedEvent } from '../../infra/eventstore/port.js';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { LocalHashEmbedder } from '../../infra/providers/embeddings.js';
 import { Bm25Index } from '../../infra/search/lexical.js';
@@ -28,9 +28,16 @@ const recorded: RecordedEvent[] = events.map((e, i) => ({
   metadata: { correlation_id: 'c', causation_id: 'c', actor: 'owner', occurred_at: T }, recorded_at: T,
 }));
 
+/** The log these events were read from, for projections that look at what follows a batch. */
+const logOf = (all: RecordedEvent[]): Pick<EventStore, 'readStream' | 'headPosition'> => ({
+  readStream: async (stream, options = {}) => all.filter((e) => e.stream === stream && e.revision >= (options.fromRevision ?? 0)).slice(0, options.limit ?? Infinity),
+  headPosition: async () => all.at(-1)?.position ?? 0,
+});
+const log = logOf(recorded);
+
 async function feed(reads: EmbeddedReadStore, projection: Projection, batch: RecordedEvent[], from: number) {
   const relevant = batch.filter((e) => projection.canHandle.includes(e.type));
-  await projection.prepare?.(relevant);
+  await projection.prepare?.(relevant, log);
   const { generation } = await reads.checkpoint(projection.name);
   const ok = await reads.applyBatch(projection.name, { position: from, generation }, batch.at(-1)!.position, async (w) => {
     for (const e of relevant) await projection.apply(e, w);
@@ -60,7 +67,7 @@ for (const [name, make] of [
     // Replay everything (a runner resuming from an older checkpoint), then each event on its own.
     await reads.applyBatch(projection.name, { position: recorded.length, generation: 1 }, recorded.length, async (w) => {
       for (const e of recorded.filter((e) => projection.canHandle.includes(e.type))) {
-        await projection.prepare?.([e]);
+        await projection.prepare?.([e], log);
         await projection.apply(e, w);
         await projection.apply(e, w);
       }
@@ -88,4 +95,38 @@ t.test('memories: the in-process BM25 index follows commits and reloads from the
   await projection.reset!();
   t.same(lexical.search('a/u', 'wipe', 5).map((h) => h.id), ['m3'], 'reloaded');
   t.same(lexical.search('b/u', 'scope', 5).map((h) => h.id), ['m1']);
+});
+
+t.test('memory-vectors: behind the head, texts that later events replace or delete are not sent to the embedder', async (t) => {
+  const sent: string[] = [];
+  class Recording extends LocalHashEmbedder {
+    override async embed(texts: string[]): Promise<Float32Array[]> {
+      sent.push(...texts);
+      return super.embed(texts);
+    }
+  }
+  const reads = new EmbeddedReadStore(':memory:');
+  t.teardown(() => reads.close());
+  const index = new BruteForceVectorIndex();
+  const projection = vectorsProjection(new Recording(), vectorsIndexSync(reads, index, new LocalHashEmbedder().model));
+  await reads.register(projection.name, projection.collections);
+  await projection.reset!();
+  // One event per batch, as a runner far behind the head (or a rebuild) may see them.
+  for (const [i, e] of recorded.entries()) await feed(reads, projection, [e], i);
+  t.same(sent.sort(), ['after the wipe', 'other scope'], '"tea" (corrected), "coffee" (deleted), "green tea" (scope wiped) never embedded');
+  t.same((await docs(reads, 'memory_vectors')).map((d) => d.id).sort(), ['a/u/m3', 'b/u/m1']);
+
+  // One batch holding several scopes: wiping one does not hide another scope's texts from the embedder.
+  sent.length = 0;
+  const other = { ...recorded[8]!, id: 'e-b2', position: 50, revision: 50, data: { ...recorded[8]!.data, memory_id: 'm2', text: 'kept in b' } };
+  const wipe = { ...recorded[5]!, id: 'e-wipe', position: 51, revision: 51 };
+  await projection.prepare!([other, wipe], logOf([...recorded, other, wipe]));
+  t.same(sent, ['kept in b']);
+
+  // Caught up with the head, a batch embeds what it stores (nothing follows it yet).
+  sent.length = 0;
+  const fresh = { ...recorded[6]!, id: 'e-new', position: 99, revision: 99, data: { ...recorded[6]!.data, memory_id: 'm4', text: 'newest' } };
+  const relevant = [fresh];
+  await projection.prepare!(relevant, logOf([...recorded, fresh]));
+  t.same(sent, ['newest']);
 });
