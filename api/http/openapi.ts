@@ -41,6 +41,7 @@ const ERROR_TEXT: Record<number, string> = {
   404: 'Not found (also objects of another project)',
   405: 'Method not allowed on this path (see Allow)',
   409: 'Conflict with the current state (e.g. concurrent write, duplicate name)',
+  422: 'Idempotency-Key already used for a different request',
   500: 'Store or provider failure (generic body)',
   501: 'Not implemented',
   503: 'Read model not caught up to X-Min-Position in time (see Retry-After), or a dependency not configured',

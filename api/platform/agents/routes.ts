@@ -61,7 +61,7 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       description: 'Big Five scores default to 0.5 each when `big5` is omitted. Names are unique within a project. With an Idempotency-Key a repeated request returns the same agent.',
       body: CreateAgentBody,
       responses: { 200: { description: 'the created agent', schema: AgentView } },
-      errors: [400, 401, 403, 404, 409],
+      errors: [400, 401, 403, 404, 409, 422, 503],
       async handler({ body, principal, meta }) {
         if (principal.kind !== 'key') throw new Error('unreachable');
         const projectId = body.project_id?.toLowerCase() ?? principal.project_id;

@@ -90,7 +90,7 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       description: 'The key stops working before this response is sent. Revoking an already revoked key succeeds.',
       params: KeyParams,
       responses: { 200: { description: 'revoked', schema: Success } },
-      errors: [400, 401, 403, 404],
+      errors: [400, 401, 403, 404, 503],
       async handler({ params, principal, meta }) {
         await requireProject(deps, principal, params.projectId);
         const result = await deps.bus.handle(apiKeyStream(params.keyId), apiKeyDecider,

@@ -40,7 +40,7 @@ export function projectRoutes(deps: PlatformDeps): RouteDef[] {
       description: 'Creates a project owned by the session\'s tenant. With an Idempotency-Key, a repeated request returns the same project.',
       body: CreateProjectBody,
       responses: { 200: { description: 'the created project', schema: ProjectView } },
-      errors: [400, 401, 403, 409],
+      errors: [400, 401, 403, 409, 422, 503],
       async handler({ body, principal, meta }) {
         check(nonBlank('body.name', body.name));
         if (principal.kind !== 'session') throw new Error('unreachable');
