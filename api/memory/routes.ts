@@ -1,8 +1,8 @@
-import type { CommandBus, CommandResult } from '../../commands/bus.js';
+import type { CommandBus, CommandResult, RequestMeta } from '../../commands/bus.js';
 import {
-  MAX_FACTS_PER_INGEST, MAX_PERSONALITY_BYTES, MAX_SESSION_BYTES, MAX_TEXT_BYTES,
-  memoryDecider, memoryStream, normalizeText, textKey,
-  type MemoryEvent, type MemoryState,
+  MAX_FACTS_PER_INGEST, MAX_PERSONALITY_BYTES, MAX_REMEMBERED_REQUESTS, MAX_SESSION_BYTES, MAX_TEXT_BYTES,
+  memoryDecider, memoryStream, normalizeText, requestFingerprint, textKey,
+  type MemoryCommand, type MemoryEvent, type MemoryState,
 } from '../../domain/memory/decider.js';
 import type { Logger } from '../../infra/logger.js';
 import type { ChatProvider } from '../../infra/providers/chat.js';
@@ -52,6 +52,14 @@ function llmNotConfigured(what: string): ProblemError {
   return new ProblemError(503, 'not-configured', `${what} needs a chat provider: set LLM_BASE_URL (and LLM_CHAT_MODEL, LLM_API_KEY as needed)`);
 }
 
+/**
+ * Only a request sent with an Idempotency-Key can be repeated (see api/http/app.ts: its request key is
+ * then `idem:<key>`, else a random id): the fingerprint deletions and ingests record for their repeats.
+ */
+function repeatable(meta: RequestMeta, operation: MemoryCommand['type'], ...parts: string[]): { request_fingerprint?: string } {
+  return meta.request_key.startsWith('idem:') ? { request_fingerprint: requestFingerprint(meta.request_key, operation, ...parts) } : {};
+}
+
 const sessionOf = (session: string | null | undefined) => (session === undefined || session === null || session === '' ? null : session);
 
 function checkText(location: string, value: string, max: number) {
@@ -87,6 +95,13 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     const doc = await reads.get<MemoryDoc>(MEMORIES, memoryDocId(agent, user, memoryId));
     if (doc) return toView(doc);
     throw new ProblemError(409, 'concurrent-delete', `memory ${memoryId} was deleted by a concurrent request`);
+  }
+
+  /** The memories with these ids that are live (as of `position` or later), in this order. */
+  async function liveViews(agent: string, user: string, ids: string[], position: number): Promise<MemoryView[]> {
+    await deps.waitFor([MEMORIES_PROJECTION], position);
+    const docs = await Promise.all(ids.map((id) => reads.get<MemoryDoc>(MEMORIES, memoryDocId(agent, user, id))));
+    return docs.flatMap((doc) => (doc ? [toView(doc)] : []));
   }
 
   return [
@@ -162,7 +177,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/ingest', operationId: 'ingestFacts', tag: TAG, auth: ['owner'],
       summary: 'Extract durable facts from a text with the chat provider and store them',
-      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory). The text itself is never stored. A reply that cannot be read as {"facts": [...]} is a 500, never an empty success. 503 when no chat provider is configured.`,
+      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory). The text itself is never stored. A reply that cannot be read as {"facts": [...]} is a 500, never an empty success. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key; an ingest that stored nothing is not remembered).`,
       body: IngestBody,
       responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
       errors: [...WRITE_ERRORS, 503],
@@ -170,6 +185,18 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         check(...checkText('body.text', body.text, MAX_TEXT_BYTES), byteLimit('body.session', body.session ?? undefined, MAX_SESSION_BYTES));
         const chat = deps.chat;
         if (!chat) throw llmNotConfigured('ingest');
+        const { agent, user } = body.scope;
+        const stream = memoryStream(agent, user);
+        const session = sessionOf(body.session);
+        const repeat = repeatable(meta, 'IngestFacts', body.text, session ?? '');
+        const fingerprint = repeat.request_fingerprint;
+        if (fingerprint !== undefined) {
+          // A repeat answers the first ingest's facts without asking the provider again. Ingesting no facts
+          // changes nothing and yields the scope's state, where the first one is remembered.
+          const before = await bus.handle(stream, memoryDecider, { type: 'IngestFacts', data: { agent, user, session, facts: [], model: chat.model, ...repeat } }, meta);
+          const first = before.state.requests.get(fingerprint);
+          if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, before.position) }, position: before.position };
+        }
         const reply = await viaProvider(log, 'ingest', () => chat.complete(extractionMessages(body.text), { json: true, temperature: 0 }));
         let extracted: string[];
         try {
@@ -195,10 +222,10 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         if (facts.length > MAX_FACTS_PER_INGEST) log.warn({ extracted: facts.length }, `ingest: keeping the first ${MAX_FACTS_PER_INGEST} facts`);
         facts.splice(MAX_FACTS_PER_INGEST);
         // Run even with no facts: the answer then carries the scope's position like every command's.
-        const { agent, user } = body.scope;
-        const session = sessionOf(body.session);
-        const result = await bus.handle(memoryStream(agent, user), memoryDecider,
-          { type: 'IngestFacts', data: { agent, user, session, facts, model: chat.model } }, meta);
+        const result = await bus.handle(stream, memoryDecider, { type: 'IngestFacts', data: { agent, user, session, facts, model: chat.model, ...repeat } }, meta);
+        const first = fingerprint !== undefined && result.events.length === 0 ? result.state.requests.get(fingerprint) : undefined;
+        // A concurrent request with the same key got there first: its facts are the answer.
+        if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, result.position) }, position: result.position };
         const stored: MemoryView[] = [];
         for (const fact of facts) stored.push(await storedView(result, agent, user, undefined, fact, session));
         return { body: { facts: stored }, position: result.position };
@@ -263,26 +290,27 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'DELETE', path: '/v1/memories', operationId: 'deleteMemory', tag: TAG, auth: ['owner'],
       summary: 'Delete one live memory (logically) and its search entries',
-      description: '404 when the scope has no live memory with this id. The memory can be stored again with the same id later.',
+      description: `404 when the scope has no live memory with this id. The memory can be stored again with the same id later. A repeat with the same Idempotency-Key answers what the first deletion did (same body and X-Event-Position) and writes nothing, also after later changes (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key).`,
       query: DeleteMemoryQuery,
       responses: { 200: { description: 'deleted', schema: DeleteMemoryResponse } },
       errors: [400, 401, 403, 404, 500],
       async handler({ query, meta }) {
         const { agent, user, id } = query;
-        const result = await bus.handle(memoryStream(agent, user), memoryDecider, { type: 'DeleteMemory', data: { agent, user, memory_id: id } }, meta);
+        const result = await bus.handle(memoryStream(agent, user), memoryDecider,
+          { type: 'DeleteMemory', data: { agent, user, memory_id: id, ...repeatable(meta, 'DeleteMemory', id) } }, meta);
         return { body: { id, deleted: 1 }, position: result.position };
       },
     }),
     route({
       method: 'DELETE', path: '/v1/scope', operationId: 'deleteScope', tag: TAG, auth: ['owner'],
       summary: 'Delete all live memories, their index entries and the personality of the scope (logically)',
-      description: 'An empty or unknown scope answers 200 with `deleted: 0` and appends nothing.',
+      description: `An empty or unknown scope answers 200 with \`deleted: 0\` and appends nothing. A repeat with the same Idempotency-Key answers what the first deletion did (same body and X-Event-Position) and writes nothing, also after later changes (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key).`,
       query: ScopeQuery,
       responses: { 200: { description: 'what was deleted', schema: DeleteScopeResponse } },
       errors: WRITE_ERRORS,
       async handler({ query, meta }) {
         const { agent, user } = query;
-        const result = await bus.handle(memoryStream(agent, user), memoryDecider, { type: 'DeleteScope', data: { agent, user } }, meta);
+        const result = await bus.handle(memoryStream(agent, user), memoryDecider, { type: 'DeleteScope', data: { agent, user, ...repeatable(meta, 'DeleteScope') } }, meta);
         const event = result.events[0];
         const deleted = event?.type === 'ScopeDeleted' ? event.data : undefined;
         return { body: { scope: { agent, user }, deleted: deleted?.memory_count ?? 0, personality_deleted: deleted?.personality ?? false }, position: result.position };

@@ -15,6 +15,8 @@ export const MAX_TEXT_BYTES = 8192;
 export const MAX_SESSION_BYTES = 128;
 export const MAX_PERSONALITY_BYTES = 8192;
 export const MAX_FACTS_PER_INGEST = 20;
+/** How many requests sent with an Idempotency-Key (deletions, ingests) a scope remembers for repeats. */
+export const MAX_REMEMBERED_REQUESTS = 64;
 
 /** The text as stored: trimmed and NFC-normalised, so canonically equal texts are one memory. */
 export const normalizeText = (text: string) => text.trim().normalize('NFC');
@@ -33,25 +35,39 @@ export function textKey(text: string): string {
   return createHash('sha256').update(text).digest('hex').slice(0, 32);
 }
 
+/**
+ * The fingerprint of a request the client may repeat (it sent an Idempotency-Key): 128 bits of SHA-256
+ * over the request key, the operation and what identifies the request (for an ingest its text and
+ * session, which are never stored themselves). Deletions and ingests record it in their event, so a
+ * repeat can be recognised from the scope's state.
+ */
+export function requestFingerprint(requestKey: string, operation: MemoryCommand['type'], ...parts: string[]): string {
+  return createHash('sha256').update(JSON.stringify([requestKey, operation, ...parts])).digest('hex').slice(0, 32);
+}
+
 type Scope = { agent: string; user: string };
+/** See requestFingerprint: present only on events of requests sent with an Idempotency-Key (and absent from older events). */
+type Repeatable = { request_fingerprint?: string };
 
 export type MemoryStored = DomainEvent<'MemoryStored', Scope & { memory_id: string; text: string; session: string | null; created_at: string }>;
 export type MemoryUpdated = DomainEvent<'MemoryUpdated', Scope & { memory_id: string; text: string; session: string | null; created_at: string; updated_at: string }>;
-export type MemoryDeleted = DomainEvent<'MemoryDeleted', Scope & { memory_id: string; deleted_at: string }>;
+export type MemoryDeleted = DomainEvent<'MemoryDeleted', Scope & Repeatable & { memory_id: string; deleted_at: string }>;
 export type PersonalitySet = DomainEvent<'PersonalitySet', Scope & { personality: string; updated_at: string }>;
 /** Provenance of an ingest: which memories the extracted facts became. The ingested text itself is never recorded. */
-export type FactsExtracted = DomainEvent<'FactsExtracted', Scope & { session: string | null; memory_ids: string[]; model: string; extracted_at: string }>;
-export type ScopeDeleted = DomainEvent<'ScopeDeleted', Scope & { memory_count: number; personality: boolean; deleted_at: string }>;
+export type FactsExtracted = DomainEvent<'FactsExtracted', Scope & Repeatable & { session: string | null; memory_ids: string[]; model: string; extracted_at: string }>;
+export type ScopeDeleted = DomainEvent<'ScopeDeleted', Scope & Repeatable & { memory_count: number; personality: boolean; deleted_at: string }>;
 export type MemoryEvent = MemoryStored | MemoryUpdated | MemoryDeleted | PersonalitySet | FactsExtracted | ScopeDeleted;
 
 export const MEMORY_EVENT_TYPES = ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'PersonalitySet', 'FactsExtracted', 'ScopeDeleted'] as const;
 
 /** `memory_id` given: store under that id (create or update). Absent: see `resolveId`. */
 export type StoreMemory = { type: 'StoreMemory'; data: Scope & { memory_id?: string; text: string; session: string | null } };
-export type IngestFacts = { type: 'IngestFacts'; data: Scope & { session: string | null; facts: string[]; model: string } };
-export type DeleteMemory = { type: 'DeleteMemory'; data: Scope & { memory_id: string } };
+/** `request_fingerprint` given and remembered: a repeat, which decides nothing (the first ingest's facts stand). */
+export type IngestFacts = { type: 'IngestFacts'; data: Scope & Repeatable & { session: string | null; facts: string[]; model: string } };
+/** `request_fingerprint` given and remembered: a repeat, which decides the first deletion's event again, even once the memory is gone (or back). */
+export type DeleteMemory = { type: 'DeleteMemory'; data: Scope & Repeatable & { memory_id: string } };
 export type SetPersonality = { type: 'SetPersonality'; data: Scope & { personality: string } };
-export type DeleteScope = { type: 'DeleteScope'; data: Scope };
+export type DeleteScope = { type: 'DeleteScope'; data: Scope & Repeatable };
 export type MemoryCommand = StoreMemory | IngestFacts | DeleteMemory | SetPersonality | DeleteScope;
 
 export interface LiveMemory {
@@ -67,17 +83,29 @@ export interface LiveMemory {
  * 100k memories: live ids with a hash of their text (not the texts), their session and timestamps, and
  * which live memories hold which text.
  *
- * `evolve` mutates `memories` and `byText` in place and returns a new top-level object: copying 100k entries per
- * command would cost more than the command. This is safe with the command bus, which decides commands
- * of one stream one after another on the cached state and drops (and reloads from the log) the cached
- * state whenever an append fails.
+ * `evolve` mutates `memories`, `byText` and `requests` in place and returns a new top-level object:
+ * copying 100k entries per command would cost more than the command. This is safe with the command bus,
+ * which decides commands of one stream one after another on the cached state and drops (and reloads from
+ * the log) the cached state whenever an append fails or turns out to be an idempotent replay.
  */
 export interface MemoryState {
   memories: Map<string, LiveMemory>;
   /** textKey → ids of the live memories holding that text, oldest first (explicit ids may repeat a text). */
   byText: Map<string, string[]>;
   personality: { fingerprint: string; updated_at: string } | null;
+  /**
+   * The last MAX_REMEMBERED_REQUESTS deletions and ingests sent with an Idempotency-Key, by fingerprint
+   * (oldest first), with what a repeat needs: deletions are decided again as the same event (the store
+   * recognises its id and writes nothing); an ingest answers the memories it stored. Kept across
+   * ScopeDeleted: a deletion of the scope is a later change, not a reset of what was asked before.
+   */
+  requests: Map<string, RememberedRequest>;
 }
+
+export type RememberedRequest =
+  | { type: 'MemoryDeleted'; memory_id: string; deleted_at: string }
+  | { type: 'ScopeDeleted'; memory_count: number; personality: boolean; deleted_at: string }
+  | { type: 'FactsExtracted'; memory_ids: string[] };
 
 type StoreOutcome = MemoryStored | MemoryUpdated;
 
@@ -129,8 +157,17 @@ function remember(state: MemoryState, id: string, memory: LiveMemory): void {
   holdText(state, memory.text_key, id);
 }
 
+function rememberRequest(state: MemoryState, request: string | undefined, what: RememberedRequest): void {
+  if (request === undefined) return;
+  state.requests.delete(request);
+  state.requests.set(request, what);
+  if (state.requests.size > MAX_REMEMBERED_REQUESTS) state.requests.delete(state.requests.keys().next().value!);
+}
+
+const withRequest = (request: string | undefined) => (request === undefined ? {} : { request_fingerprint: request });
+
 export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
-  initialState: () => ({ memories: new Map(), byText: new Map(), personality: null }),
+  initialState: () => ({ memories: new Map(), byText: new Map(), personality: null, requests: new Map() }),
 
   decide(command, state, ctx): MemoryEvent[] {
     const scope = { agent: command.data.agent, user: command.data.user };
@@ -140,7 +177,8 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
         return store(state, scope, memory_id ?? resolveId(state, text), text, session, ctx.now);
       }
       case 'IngestFacts': {
-        const { facts, session, model } = command.data;
+        const { facts, session, model, request_fingerprint: request } = command.data;
+        if (request !== undefined && state.requests.get(request)?.type === 'FactsExtracted') return [];
         const ids = new Set<string>();
         const texts = new Set<string>();
         const events: Array<StoreOutcome | FactsExtracted> = [];
@@ -153,20 +191,30 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
           events.push(...store(state, scope, id, fact, session, ctx.now));
         }
         if (ids.size === 0) return [];
-        events.push({ type: 'FactsExtracted', data: { ...scope, session, memory_ids: [...ids], model, extracted_at: ctx.now } });
+        events.push({ type: 'FactsExtracted', data: { ...scope, session, memory_ids: [...ids], model, extracted_at: ctx.now, ...withRequest(request) } });
         return events;
       }
-      case 'DeleteMemory':
-        if (!state.memories.has(command.data.memory_id)) {
-          throw new DomainError('not_found', `memory ${command.data.memory_id} does not exist in this scope`);
+      case 'DeleteMemory': {
+        const { memory_id, request_fingerprint: request } = command.data;
+        const first = request !== undefined ? state.requests.get(request) : undefined;
+        if (first?.type === 'MemoryDeleted') {
+          return [{ type: 'MemoryDeleted', data: { ...scope, memory_id: first.memory_id, deleted_at: first.deleted_at, request_fingerprint: request } }];
         }
-        return [{ type: 'MemoryDeleted', data: { ...scope, memory_id: command.data.memory_id, deleted_at: ctx.now } }];
+        if (!state.memories.has(memory_id)) throw new DomainError('not_found', `memory ${memory_id} does not exist in this scope`);
+        return [{ type: 'MemoryDeleted', data: { ...scope, memory_id, deleted_at: ctx.now, ...withRequest(request) } }];
+      }
       case 'SetPersonality':
         if (state.personality?.fingerprint === personalityFingerprint(command.data.personality)) return [];
         return [{ type: 'PersonalitySet', data: { ...scope, personality: command.data.personality, updated_at: ctx.now } }];
-      case 'DeleteScope':
+      case 'DeleteScope': {
+        const { request_fingerprint: request } = command.data;
+        const first = request !== undefined ? state.requests.get(request) : undefined;
+        if (first?.type === 'ScopeDeleted') {
+          return [{ type: 'ScopeDeleted', data: { ...scope, memory_count: first.memory_count, personality: first.personality, deleted_at: first.deleted_at, request_fingerprint: request } }];
+        }
         if (state.memories.size === 0 && state.personality === null) return [];
-        return [{ type: 'ScopeDeleted', data: { ...scope, memory_count: state.memories.size, personality: state.personality !== null, deleted_at: ctx.now } }];
+        return [{ type: 'ScopeDeleted', data: { ...scope, memory_count: state.memories.size, personality: state.personality !== null, deleted_at: ctx.now, ...withRequest(request) } }];
+      }
       default: {
         const _exhaustive: never = command;
         throw new Error(`unknown command ${JSON.stringify(_exhaustive)}`);
@@ -180,24 +228,30 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
         remember(state, event.data.memory_id, {
           text_key: textKey(event.data.text), session: event.data.session, created_at: event.data.created_at, updated_at: event.data.created_at,
         });
-        return { memories: state.memories, byText: state.byText, personality: state.personality };
+        return { ...state };
       case 'MemoryUpdated':
         remember(state, event.data.memory_id, {
           text_key: textKey(event.data.text), session: event.data.session, created_at: event.data.created_at, updated_at: event.data.updated_at,
         });
-        return { memories: state.memories, byText: state.byText, personality: state.personality };
+        return { ...state };
       case 'MemoryDeleted': {
-        const before = state.memories.get(event.data.memory_id);
-        if (before) releaseText(state, before.text_key, event.data.memory_id);
-        state.memories.delete(event.data.memory_id);
-        return { memories: state.memories, byText: state.byText, personality: state.personality };
+        const { memory_id, deleted_at, request_fingerprint: request } = event.data;
+        const before = state.memories.get(memory_id);
+        if (before) releaseText(state, before.text_key, memory_id);
+        state.memories.delete(memory_id);
+        rememberRequest(state, request, { type: 'MemoryDeleted', memory_id, deleted_at });
+        return { ...state };
       }
       case 'PersonalitySet':
-        return { memories: state.memories, byText: state.byText, personality: { fingerprint: personalityFingerprint(event.data.personality), updated_at: event.data.updated_at } };
-      case 'ScopeDeleted':
-        return { memories: new Map(), byText: new Map(), personality: null };
+        return { ...state, personality: { fingerprint: personalityFingerprint(event.data.personality), updated_at: event.data.updated_at } };
+      case 'ScopeDeleted': {
+        const { memory_count, personality, deleted_at, request_fingerprint: request } = event.data;
+        rememberRequest(state, request, { type: 'ScopeDeleted', memory_count, personality, deleted_at });
+        return { memories: new Map(), byText: new Map(), personality: null, requests: state.requests };
+      }
       case 'FactsExtracted':
-        return state;
+        rememberRequest(state, event.data.request_fingerprint, { type: 'FactsExtracted', memory_ids: event.data.memory_ids });
+        return { ...state };
       default:
         return state;
     }

@@ -1,5 +1,5 @@
 import t, { type Test as Tap } from 'tap';
-import { memoryDecider, memoryIdFor, memoryStream, type MemoryCommand, type MemoryEvent, type MemoryState } from '../../domain/memory/decider.js';
+import { MAX_REMEMBERED_REQUESTS, memoryDecider, memoryIdFor, memoryStream, requestFingerprint, type MemoryCommand, type MemoryEvent, type MemoryState } from '../../domain/memory/decider.js';
 import { type DomainError, type CommandContext } from '../../domain/shared/decider.js';
 
 const scope = { agent: 'ava', user: 'u1' };
@@ -143,4 +143,59 @@ t.test('evolve returns a new top-level state', async (t) => {
   const s1 = memoryDecider.evolve(s0, stored('m1', 'tea'));
   t.not(s1, s0);
   t.equal(s1.memories.size, 1);
+});
+
+t.test('requests sent with an Idempotency-Key: a repeat decides the first one\'s event again (or nothing, for an ingest)', async (t) => {
+  const del = requestFingerprint('idem:k1', 'DeleteMemory', 'm1');
+  const deleteM1 = (request?: string): MemoryCommand => ({ type: 'DeleteMemory', data: { ...scope, memory_id: 'm1', ...(request ? { request_fingerprint: request } : {}) } });
+  const deletedM1: MemoryEvent = { type: 'MemoryDeleted', data: { ...scope, memory_id: 'm1', deleted_at: T0, request_fingerprint: del } };
+  t.test('a deletion records its request', async (t) => given([stored('m1', 'tea')], t).when(deleteM1(del), T0).then([deletedM1]));
+  t.test('its repeat: the same event, although the memory is gone', async (t) => given([stored('m1', 'tea'), deletedM1], t).when(deleteM1(del)).then([deletedM1]));
+  t.test('... or live again', async (t) => given([stored('m1', 'tea'), deletedM1, stored('m1', 'tea')], t).when(deleteM1(del)).then([deletedM1]));
+  t.test('... or after the scope was deleted', async (t) => given([
+    stored('m1', 'tea'), deletedM1, { type: 'ScopeDeleted', data: { ...scope, memory_count: 0, personality: false, deleted_at: T0 } },
+  ], t).when(deleteM1(del)).then([deletedM1]));
+  t.test('another request: not found', async (t) => given([stored('m1', 'tea'), deletedM1], t).when(deleteM1(requestFingerprint('idem:k2', 'DeleteMemory', 'm1'))).thenThrows('not_found'));
+  t.test('older events carry no request: not found', async (t) => given([
+    stored('m1', 'tea'), { type: 'MemoryDeleted', data: { ...scope, memory_id: 'm1', deleted_at: T0 } },
+  ], t).when(deleteM1(del)).thenThrows('not_found'));
+
+  const wipe = requestFingerprint('idem:k3', 'DeleteScope');
+  const wiped: MemoryEvent = { type: 'ScopeDeleted', data: { ...scope, memory_count: 2, personality: true, deleted_at: T0, request_fingerprint: wipe } };
+  t.test('a scope deletion\'s repeat: the same event, counts included', async (t) => given([
+    stored('m1', 'tea'), stored('m2', 'milk'), { type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T0 } }, wiped, stored('m3', 'cake'),
+  ], t).when({ type: 'DeleteScope', data: { ...scope, request_fingerprint: wipe } }).then([wiped]));
+
+  const ingest = requestFingerprint('idem:k4', 'IngestFacts', 'the text', 's');
+  const extracted: MemoryEvent = { type: 'FactsExtracted', data: { ...scope, session: 's', memory_ids: [memoryIdFor('tea')], model: 'm', extracted_at: T0, request_fingerprint: ingest } };
+  t.test('an ingest records its request', async (t) => given([], t)
+    .when({ type: 'IngestFacts', data: { ...scope, session: 's', facts: ['tea'], model: 'm', request_fingerprint: ingest } }, T0)
+    .then([stored(memoryIdFor('tea'), 'tea', 's'), extracted]));
+  t.test('its repeat decides nothing, whatever facts it brings', async (t) => given([stored(memoryIdFor('tea'), 'tea', 's'), extracted], t)
+    .when({ type: 'IngestFacts', data: { ...scope, session: 's', facts: ['coffee'], model: 'm', request_fingerprint: ingest } }).then([]));
+  t.test('the state keeps which memories it stored', async (t) => {
+    const state = [stored(memoryIdFor('tea'), 'tea', 's'), extracted].reduce<MemoryState>((s, e) => memoryDecider.evolve(s, e), memoryDecider.initialState());
+    t.same(state.requests.get(ingest), { type: 'FactsExtracted', memory_ids: [memoryIdFor('tea')] });
+  });
+
+  t.test(`the last ${MAX_REMEMBERED_REQUESTS} are remembered, older ones forgotten`, async (t) => {
+    const events: MemoryEvent[] = [];
+    for (let i = 0; i <= MAX_REMEMBERED_REQUESTS; i++) {
+      events.push(stored(`m${i}`, `text ${i}`), { type: 'MemoryDeleted', data: { ...scope, memory_id: `m${i}`, deleted_at: T0, request_fingerprint: `r${i}` } });
+    }
+    const state = events.reduce<MemoryState>((s, e) => memoryDecider.evolve(s, e), memoryDecider.initialState());
+    t.equal(state.requests.size, MAX_REMEMBERED_REQUESTS);
+    t.notOk(state.requests.has('r0'));
+    t.ok(state.requests.has('r1'));
+    t.ok(state.requests.has(`r${MAX_REMEMBERED_REQUESTS}`));
+  });
+  t.test('fingerprints differ by key, operation and content', async (t) => {
+    const all = [
+      requestFingerprint('idem:a', 'DeleteMemory', 'm1'), requestFingerprint('idem:b', 'DeleteMemory', 'm1'), requestFingerprint('idem:a', 'DeleteMemory', 'm2'),
+      requestFingerprint('idem:a', 'DeleteScope'), requestFingerprint('idem:a', 'IngestFacts', 'x', ''), requestFingerprint('idem:a', 'IngestFacts', 'x', 's'),
+      requestFingerprint('idem:a', 'IngestFacts', 'x\u0000', ''),
+    ];
+    t.equal(new Set(all).size, all.length);
+    t.match(all[0], /^[0-9a-f]{32}$/);
+  });
 });

@@ -1,0 +1,166 @@
+import { rmSync } from 'node:fs';
+import t from 'tap';
+import { startTestCairn } from '../support/cairn.js';
+import { startOpenAiServer } from '../support/openai-server.js';
+
+/**
+ * Repeats with the same Idempotency-Key: a repeat writes nothing and answers what the first request did,
+ * also after later changes (README "Idempotency"; the memory service's decisions in its section).
+ */
+
+const server = await startOpenAiServer();
+t.teardown(() => server.close());
+const app = await startTestCairn({ LLM_BASE_URL: server.url, LLM_CHAT_MODEL: 'test-chat-model' });
+t.teardown(() => app.stop());
+
+let n = 0;
+const freshScope = () => ({ agent: 'idem', user: `u${++n}` });
+type Scope = { agent: string; user: string };
+const q = (scope: Scope, more = '') => `agent=${scope.agent}&user=${scope.user}${more}`;
+
+async function call(method: string, path: string, options: { json?: unknown; key?: string } = {}) {
+  const res = await app.memory(path, { method, json: options.json, headers: options.key ? { 'Idempotency-Key': options.key } : {} });
+  const text = await res.text();
+  return { status: res.status, position: res.headers.get('x-event-position'), body: text ? JSON.parse(text) : undefined };
+}
+const store = (scope: Scope, text: string, extra: Record<string, unknown> = {}) => call('POST', '/v1/memories', { json: { scope, text, ...extra } });
+const exported = async (scope: Scope) => (await call('GET', `/v1/export?${q(scope)}`)).body.memories.map((m: { text: string }) => m.text);
+const facts = (...list: string[]) => JSON.stringify({ facts: list });
+
+t.test('DELETE /v1/memories repeated with the same key answers the first deletion and writes nothing', async (t) => {
+  const scope = freshScope();
+  const memory = await store(scope, 'a heron by the canal');
+  const path = `/v1/memories?${q(scope, `&id=${memory.body.id}`)}`;
+  const first = await call('DELETE', path, { key: 'del-1' });
+  t.equal(first.status, 200);
+  t.same(first.body, { id: memory.body.id, deleted: 1 });
+  const head = await app.events.headPosition();
+
+  const repeat = await call('DELETE', path, { key: 'del-1' });
+  t.equal(repeat.status, 200, 'a repeat is not a 404');
+  t.same(repeat.body, first.body, 'same body');
+  t.equal(repeat.position, first.position, 'same X-Event-Position');
+  t.equal(await app.events.headPosition(), head, 'nothing written');
+
+  await store(scope, 'a kingfisher on the railing');
+  const restored = await store(scope, 'a heron by the canal');
+  t.equal(restored.body.id, memory.body.id, 'the memory is stored again under its id');
+  const later = await call('DELETE', path, { key: 'del-1' });
+  t.equal(later.status, 200, 'after later changes too');
+  t.same(later.body, first.body);
+  t.equal(later.position, first.position);
+  t.same((await exported(scope)).sort(), ['a heron by the canal', 'a kingfisher on the railing'], 'the repeat deleted nothing');
+
+  t.equal((await call('DELETE', `/v1/memories?${q(scope, '&id=never-stored')}`, { key: 'del-1' })).status, 404, 'the same key with another id is another request');
+  const again = await call('DELETE', path, { key: 'del-2' });
+  t.equal(again.status, 200, 'another key deletes the memory stored again');
+  t.not(again.position, first.position);
+  t.equal((await call('DELETE', path)).status, 404, 'without a key, deleting a deleted memory is 404');
+  t.equal((await call('DELETE', path, { key: 'del-1' })).position, first.position, 'the first key still answers the first deletion');
+});
+
+t.test('DELETE /v1/scope repeated with the same key answers the first deletion and writes nothing', async (t) => {
+  const scope = freshScope();
+  await store(scope, 'otter one');
+  await store(scope, 'otter two');
+  await call('PUT', '/v1/personality', { json: { scope, personality: 'Playful.' } });
+  const first = await call('DELETE', `/v1/scope?${q(scope)}`, { key: 'wipe-1' });
+  t.same(first.body, { scope, deleted: 2, personality_deleted: true });
+  const head = await app.events.headPosition();
+
+  const repeat = await call('DELETE', `/v1/scope?${q(scope)}`, { key: 'wipe-1' });
+  t.equal(repeat.status, 200);
+  t.same(repeat.body, first.body, 'same body, not "deleted: 0"');
+  t.equal(repeat.position, first.position, 'same X-Event-Position');
+  t.equal(await app.events.headPosition(), head, 'nothing written');
+
+  await store(scope, 'otter after the wipe');
+  const later = await call('DELETE', `/v1/scope?${q(scope)}`, { key: 'wipe-1' });
+  t.same(later.body, first.body, 'after later changes too');
+  t.equal(later.position, first.position);
+  t.same(await exported(scope), ['otter after the wipe'], 'the repeat deleted nothing');
+  t.same((await call('DELETE', `/v1/scope?${q(scope)}`, { key: 'wipe-2' })).body, { scope, deleted: 1, personality_deleted: false }, 'another key is a new deletion');
+});
+
+t.test('POST /v1/ingest repeated with the same key answers the first ingest\'s facts without asking the provider again', async (t) => {
+  const scope = freshScope();
+  const body = { scope, text: 'I moved to Lisbon and I play the cello.', session: 'call-1' };
+  server.chat.push(facts('The user lives in Lisbon', 'The user plays the cello'));
+  const calls = server.chatRequests().length;
+  const first = await call('POST', '/v1/ingest', { json: body, key: 'ingest-1' });
+  t.equal(first.status, 200);
+  t.equal(first.body.facts.length, 2);
+  t.equal(server.chatRequests().length, calls + 1);
+  const head = await app.events.headPosition();
+
+  server.chat.push(facts('Something else entirely'));
+  const repeat = await call('POST', '/v1/ingest', { json: body, key: 'ingest-1' });
+  t.equal(repeat.status, 200);
+  t.same(repeat.body, first.body, 'the first ingest\'s facts, as stored');
+  t.equal(repeat.position, first.position, 'same X-Event-Position while the scope has not changed');
+  t.equal(server.chatRequests().length, calls + 1, 'the provider is not asked again');
+  t.equal(await app.events.headPosition(), head, 'nothing written');
+
+  await call('DELETE', `/v1/memories?${q(scope, `&id=${first.body.facts[1].id}`)}`);
+  const later = await call('POST', '/v1/ingest', { json: body, key: 'ingest-1' });
+  t.same(later.body, { facts: [first.body.facts[0]] }, 'after later changes: the first ingest\'s memories that are still live');
+  t.ok(Number(later.position) > Number(first.position), 'and the scope\'s position now');
+  t.equal(server.chatRequests().length, calls + 1, 'still without asking the provider');
+
+  const other = await call('POST', '/v1/ingest', { json: { ...body, text: 'Another conversation.' }, key: 'ingest-1' });
+  t.same(other.body.facts.map((f: { text: string }) => f.text), ['Something else entirely'], 'the same key with another text is another ingest');
+  t.equal(server.chatRequests().length, calls + 2);
+  server.chat.push(facts('The user lives in Porto'));
+  const otherSession = await call('POST', '/v1/ingest', { json: { ...body, session: 'call-2' }, key: 'ingest-1' });
+  t.same(otherSession.body.facts.map((f: { text: string }) => f.text), ['The user lives in Porto'], '... and so is another session');
+  t.equal(server.chatRequests().length, calls + 3);
+
+  server.chat.push(facts('The user lives in Lisbon'), facts('The user lives in Lisbon'));
+  await call('POST', '/v1/ingest', { json: body });
+  await call('POST', '/v1/ingest', { json: body });
+  t.equal(server.chatRequests().length, calls + 5, 'without a key every ingest asks the provider');
+
+  const elsewhere = freshScope();
+  server.chat.push(facts('The user likes figs'));
+  const inOtherScope = await call('POST', '/v1/ingest', { json: { ...body, scope: elsewhere }, key: 'ingest-1' });
+  t.same(inOtherScope.body.facts.map((f: { text: string }) => f.text), ['The user likes figs'], 'a key is remembered per scope');
+});
+
+t.test('an ingest that stored nothing is not remembered: a repeat asks the provider again', async (t) => {
+  const scope = freshScope();
+  server.chat.push(facts());
+  const first = await call('POST', '/v1/ingest', { json: { scope, text: 'hello' }, key: 'nothing-1' });
+  t.same(first.body, { facts: [] });
+  const calls = server.chatRequests().length;
+  server.chat.push(facts('The user says hello'));
+  const repeat = await call('POST', '/v1/ingest', { json: { scope, text: 'hello' }, key: 'nothing-1' });
+  t.same(repeat.body.facts.map((f: { text: string }) => f.text), ['The user says hello']);
+  t.equal(server.chatRequests().length, calls + 1);
+});
+
+t.test('the scope remembers its last 64 deletions and ingests sent with a key', async (t) => {
+  const scope = freshScope();
+  const ids: string[] = [];
+  for (let i = 0; i < 65; i++) ids.push((await store(scope, `memory ${i}`)).body.id);
+  for (let i = 0; i < 65; i++) t.equal((await call('DELETE', `/v1/memories?${q(scope, `&id=${ids[i]}`)}`, { key: `bulk-${i}` })).status, 200);
+  t.equal((await call('DELETE', `/v1/memories?${q(scope, `&id=${ids[1]}`)}`, { key: 'bulk-1' })).status, 200, 'the 64th newest: remembered');
+  t.equal((await call('DELETE', `/v1/memories?${q(scope, `&id=${ids[0]}`)}`, { key: 'bulk-0' })).status, 404, 'the 65th newest: forgotten');
+});
+
+t.test('remembered across a restart (the state is folded from the log)', async (t) => {
+  const durable = await startTestCairn({ LLM_BASE_URL: server.url });
+  const scope = freshScope();
+  const memory = (await durable.memory('/v1/memories', { method: 'POST', json: { scope, text: 'a durable heron' } }).then((r) => r.json())) as { id: string };
+  const path = `/v1/memories?${q(scope, `&id=${memory.id}`)}`;
+  const first = await durable.memory(path, { method: 'DELETE', headers: { 'Idempotency-Key': 'restart-1' } });
+  t.equal(first.status, 200);
+  await durable.stop({ keepData: true });
+  const again = await startTestCairn({ LLM_BASE_URL: server.url }, { dataDir: durable.dataDir });
+  t.teardown(async () => {
+    await again.stop();
+    rmSync(durable.dataDir, { recursive: true, force: true });
+  });
+  const repeat = await again.memory(path, { method: 'DELETE', headers: { 'Idempotency-Key': 'restart-1' } });
+  t.equal(repeat.status, 200);
+  t.equal(repeat.headers.get('x-event-position'), first.headers.get('x-event-position'));
+});
