@@ -35,7 +35,9 @@ export function projectionCommands(program: Command): void {
         return { ...s, rebuilding: rebuild ? { position: rebuild.position, generation: rebuild.generation } : null };
       }));
       if (opts.json) return printJson(rows);
-      printTable(rows.map((r) => ({ ...r, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position}` })),
+      printTable(rows.map(({ lag_at_least: atLeast, ...r }) => ({
+        ...r, lag: atLeast ? `${r.lag}+` : r.lag, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position}`,
+      })),
         ['projection', 'position', 'head', 'lag', 'generation', 'updated_at', 'rebuilding']);
     }));
 

@@ -21,7 +21,10 @@ export interface ProjectionStatus {
   projection: string;
   position: number;
   head: number;
+  /** Events after the checkpoint (the log's own events, on EventStoreDB too), counted up to LAG_COUNT_LIMIT. */
   lag: number;
+  /** The lag is at least this much: counting stopped at LAG_COUNT_LIMIT. */
+  lag_at_least?: true;
   generation: number;
   updated_at: string | null;
 }
@@ -280,15 +283,22 @@ function delay(ms: number): Promise<typeof IDLE> {
   return new Promise((resolve) => setTimeout(() => resolve(IDLE), ms));
 }
 
+/** Where `projections status` stops counting a projection's lag (reading that many events from EventStoreDB takes a moment). */
+export const LAG_COUNT_LIMIT = 100_000;
+
 export async function projectionStatus(events: EventStore, store: ReadStore, checkpoints?: CheckpointInfo[]): Promise<ProjectionStatus[]> {
   const head = await events.headPosition();
   const list = checkpoints ?? (await store.listCheckpoints());
-  return list.map((cp) => ({
-    projection: cp.projection,
-    position: cp.position,
-    head,
-    lag: Math.max(0, head - cp.position),
-    generation: cp.generation,
-    updated_at: cp.updated_at,
+  return Promise.all(list.map(async (cp) => {
+    const lag = cp.position >= head ? 0 : await events.countAfter(cp.position, LAG_COUNT_LIMIT);
+    return {
+      projection: cp.projection,
+      position: cp.position,
+      head,
+      lag,
+      ...(lag >= LAG_COUNT_LIMIT ? { lag_at_least: true as const } : {}),
+      generation: cp.generation,
+      updated_at: cp.updated_at,
+    };
   }));
 }

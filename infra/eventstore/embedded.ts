@@ -345,6 +345,10 @@ export class EmbeddedEventStore implements EventStore {
     return this.stmt.head.get()?.p ?? 0;
   }
 
+  async countAfter(position: number, max: number): Promise<number> {
+    return this.db.prepare<[number, number], { n: number }>('SELECT COUNT(*) AS n FROM (SELECT 1 FROM events WHERE position > ? LIMIT ?)').get(position, max)!.n;
+  }
+
   async listStreams(options: { prefix?: string; limit?: number; after?: string } = {}): Promise<StreamInfo[]> {
     const prefix = options.prefix ?? '';
     const rows = this.db.prepare<[number, string, string, number], StreamRow>(

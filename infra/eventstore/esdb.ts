@@ -237,6 +237,18 @@ export class EsdbEventStore implements EventStore {
     }
   }
 
+  /** Counts by reading: positions here are byte offsets of the transaction file, not event numbers. */
+  async countAfter(position: number, max: number): Promise<number> {
+    let count = 0;
+    for (let after = position; count < max;) {
+      const page = await this.readAll(after, { limit: Math.min(4096, max - count) });
+      count += page.length;
+      if (page.length === 0) break;
+      after = page[page.length - 1]!.position;
+    }
+    return count;
+  }
+
   /**
    * ESDB has no index of stream names. The `$streams` system projection (enabled with
    * `--run-projections=System` or `All`) keeps a link to the first event of every stream; it is read

@@ -102,6 +102,11 @@ export interface EventStore {
   subscribeToAll(fromPosition: number, options?: SubscribeOptions): AsyncIterable<RecordedEvent>;
   /** The position of the last event in the log (0 when empty). */
   headPosition(): Promise<number>;
+  /**
+   * How many events follow `position` in the global log, counting at most `max` (a projection's lag in
+   * events: positions are dense on the embedded log, but byte offsets on EventStoreDB).
+   */
+  countAfter(position: number, max: number): Promise<number>;
   listStreams(options?: { prefix?: string; limit?: number; after?: string }): Promise<StreamInfo[]>;
   streamInfo(stream: string): Promise<StreamInfo | undefined>;
   close(): Promise<void>;

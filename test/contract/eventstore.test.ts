@@ -53,6 +53,17 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.match(conflict, { stream: s('new'), expected: 'no_stream', actual: 1 });
   });
 
+  await t.test('countAfter: events after a position, in events (not position units), bounded', async (t) => {
+    const before = await store.headPosition();
+    const results = [];
+    for (let i = 0; i < 5; i++) results.push(await store.append(s(`count-${i}`), [newEvent('Counted', { i }), newEvent('Counted', { i })], 'no_stream'));
+    if (subject.fresh) t.equal(await store.countAfter(before, 1000), 10);
+    t.equal(await store.countAfter(results[1]!.position, 1000), 6, 'three appends of two events follow the second');
+    t.equal(await store.countAfter(results[4]!.position, 1000), 0);
+    t.equal(await store.countAfter(results[1]!.position, 6), 6, 'exactly at the limit');
+    t.equal(await store.countAfter(results[1]!.position, 5), 5, 'one past it: stops counting');
+  });
+
   await t.test('appendAll: several streams, each with its expected revision', async (t) => {
     const head = await store.headPosition();
     const reserve = newEvent('NameReserved', { name: 'x' });
