@@ -26,6 +26,12 @@ export interface HttpAppOptions {
   log: Logger;
   /** Extra public routes (health), mounted before the API. */
   publicRoutes?(router: Router): void;
+  /**
+   * When given, a request that matches no route (except on a public path: the OpenAPI documents and
+   * `publicRoutes`) is authenticated before it gets 404 or 405, so only a caller with credentials
+   * learns which paths and methods exist. The memory service needs its owner token on every request.
+   */
+  authenticateUnmatched?(ctx: Koa.Context): Promise<unknown>;
 }
 
 const DOMAIN_STATUS: Record<DomainError['kind'], number> = {
@@ -102,6 +108,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
   app.use(docs.routes());
   app.use(router.routes());
   app.use(async (ctx) => {
+    if (options.authenticateUnmatched && docs.match(ctx.path, ctx.method).path.length === 0) await options.authenticateUnmatched(ctx);
     // Nothing matched: 405 with Allow when the path exists for other methods, else 404.
     const matched = [router, docs].flatMap((r) => r.match(ctx.path, ctx.method).path);
     const methods = new Set(matched.flatMap((layer) => layer.methods).filter((m) => m !== 'HEAD' || matched.some((l) => l.methods.includes('GET'))));

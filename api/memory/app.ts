@@ -24,5 +24,8 @@ export function createMemoryApp(routes: RouteDef[], mounting: Mounting, config: 
     publicRoutes(router) {
       router.get('/healthz', (ctx) => { ctx.body = { status: 'ok' }; });
     },
+    // Every request but /healthz and /docs/openapi.json carries the owner token (when one is configured),
+    // unknown routes and wrong methods included.
+    authenticateUnmatched: (ctx) => mounting.authenticate(ctx, ['owner']),
   });
 }

@@ -205,6 +205,24 @@ t.test('owner token, browser and host guard', async (t) => {
     t.equal((await send(guarded, method!, path!, { json: method === 'PUT' || method === 'POST' ? {} : undefined })).status, 401, `${method} ${path} needs the token (before validation)`);
   }
   t.equal((await send(guarded, 'GET', '/healthz')).status, 200, 'healthz is public liveness');
+  t.equal((await send(guarded, 'GET', '/docs/openapi.json')).status, 200, 'the OpenAPI document is public');
+
+  // Unknown routes and wrong methods answer 404/405 only to the owner: without the token they are 401 too.
+  for (const [method, path] of [['GET', '/v1/nothing'], ['POST', '/v2/memories'], ['GET', '/v1/memories'], ['PUT', '/v1/search'], ['GET', '/docs/openapi.yaml'], ['GET', '/']]) {
+    const anonymous = await send(guarded, method!, path!);
+    t.equal(anonymous.status, 401, `${method} ${path} without the token`);
+    t.equal(anonymous.headers.get('www-authenticate'), 'Bearer');
+    t.equal((await send(guarded, method!, path!, { headers: { Authorization: 'Bearer wrong' } })).status, 401, `${method} ${path} with a wrong token`);
+    t.equal((await send(guarded, method!, path!, { headers: auth })).status, path === '/v1/memories' || path === '/v1/search' ? 405 : 404, `${method} ${path} with the token`);
+  }
+  const wrongMethod = await send(guarded, 'GET', '/v1/memories', { headers: auth });
+  t.equal(wrongMethod.headers.get('allow'), 'DELETE, POST', '405 keeps Allow');
+  // The exempt paths stay exempt whatever the method: a wrong method there is a plain 405.
+  t.equal((await send(guarded, 'POST', '/healthz')).status, 405, 'POST /healthz without the token');
+  t.equal((await send(guarded, 'DELETE', '/docs/openapi.json')).status, 405, 'DELETE /docs/openapi.json without the token');
+  // The platform (same process, same HTTP layer) keeps answering unknown routes 404 without credentials.
+  t.equal((await guarded.platform('/nothing')).status, 404, 'platform: unknown route');
+  t.equal((await guarded.platform('/projects', { method: 'PUT' })).status, 405, 'platform: wrong method');
 
   for (const headers of [{ Origin: 'https://evil.example' }, { 'Sec-Fetch-Site': 'cross-site' }, { 'Sec-Fetch-Site': 'same-site' }] as Array<Record<string, string>>) {
     const res = await send(guarded, 'POST', '/v1/memories', { json: body, headers: { ...auth, ...headers } });
