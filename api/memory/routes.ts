@@ -80,7 +80,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
    * The memory as stored by a command: from its event, or, when nothing changed, from the scope's state.
    * `id` undefined: a store without id, which went to the memory holding the text (see resolveId).
    */
-  async function storedView(result: CommandResult<MemoryState, MemoryEvent>, agent: string, user: string, id: string | undefined, text: string, session: string | null): Promise<MemoryView> {
+  async function storedView(result: CommandResult<MemoryState, MemoryEvent>, agent: string, user: string, id: string | undefined, text: string): Promise<MemoryView> {
     for (const e of result.events) {
       if ((e.type === 'MemoryStored' || e.type === 'MemoryUpdated') && (id === undefined ? e.data.text === text : e.data.memory_id === id)) {
         return { id: e.data.memory_id, text: e.data.text, session: e.data.session, created_at: e.data.created_at, updated_at: e.type === 'MemoryUpdated' ? e.data.updated_at : e.data.created_at };
@@ -89,7 +89,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     const memoryId = id ?? result.state.byText.get(textKey(text))?.[0];
     if (memoryId === undefined) throw new ProblemError(409, 'concurrent-delete', 'the memory holding this text was deleted by a concurrent request');
     const live = result.state.memories.get(memoryId);
-    if (live) return { id: memoryId, text, session, created_at: live.created_at, updated_at: live.updated_at };
+    if (live) return { id: memoryId, text, session: live.session, created_at: live.created_at, updated_at: live.updated_at };
     // The cached state moved on (a concurrent request changed this memory since): report the read model.
     await deps.waitFor([MEMORIES_PROJECTION], result.position);
     const doc = await reads.get<MemoryDoc>(MEMORIES, memoryDocId(agent, user, memoryId));
@@ -108,7 +108,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/memories', operationId: 'storeMemory', tag: TAG, auth: ['owner'],
       summary: 'Store a memory, or update one by id',
-      description: 'The text is stored trimmed and NFC-normalised (at most 8,192 bytes as sent and as stored). Without `id`: a live memory of the scope that already holds the text (whatever its id) is returned, unchanged unless another `session` is given; a new text gets an id derived from it (SHA-256), or, when a memory with that id was since corrected by id to another text, the next free id derived from the text and a counter, so storing an old text again never undoes a correction. With `id`, the memory with that id in the scope is updated (or created with that id if the scope has no live memory with it, e.g. after it was deleted). Responds with the stored memory and `X-Event-Position`.',
+      description: 'The text is stored trimmed and NFC-normalised (at most 8,192 bytes as sent and as stored). Without `id`: a live memory of the scope that already holds the text (whatever its id) is returned unchanged when `session` is omitted or the same, and moved to the given `session` otherwise (`""` or null removes its label); a new text gets an id derived from it (SHA-256), or, when a memory with that id was since corrected by id to another text, the next free id derived from the text and a counter, so storing an old text again never undoes a correction. With `id`, the memory with that id in the scope is set to exactly this text and session (omitted: none), or created with that id if the scope has no live memory with it (e.g. after it was deleted). Responds with the stored memory and `X-Event-Position`.',
       body: StoreMemoryBody,
       responses: { 200: { description: 'the stored memory', schema: MemoryView } },
       errors: WRITE_ERRORS,
@@ -117,10 +117,11 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const { agent, user } = body.scope;
         const text = normalizeText(body.text);
         check(normalizedLimit('body.text', body.text, text, MAX_TEXT_BYTES));
-        const session = sessionOf(body.session);
+        // An omitted session stays undefined: a memory already holding the text then keeps its label.
+        const session = body.session === undefined ? {} : { session: sessionOf(body.session) };
         const result = await bus.handle(memoryStream(agent, user), memoryDecider,
-          { type: 'StoreMemory', data: { agent, user, ...(body.id !== undefined ? { memory_id: body.id } : {}), text, session } }, meta);
-        return { body: await storedView(result, agent, user, body.id, text, session), position: result.position };
+          { type: 'StoreMemory', data: { agent, user, ...(body.id !== undefined ? { memory_id: body.id } : {}), text, ...session } }, meta);
+        return { body: await storedView(result, agent, user, body.id, text), position: result.position };
       },
     }),
     route({
@@ -177,7 +178,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/ingest', operationId: 'ingestFacts', tag: TAG, auth: ['owner'],
       summary: 'Extract durable facts from a text with the chat provider and store them',
-      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory). The text itself is never stored. A reply that cannot be read as {"facts": [...]} is a 500, never an empty success. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key; an ingest that stored nothing is not remembered).`,
+      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included. The text itself is never stored. A reply that cannot be read as {"facts": [...]} is a 500, never an empty success. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key; an ingest that stored nothing is not remembered).`,
       body: IngestBody,
       responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
       errors: [...WRITE_ERRORS, 503],
@@ -227,7 +228,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         // A concurrent request with the same key got there first: its facts are the answer.
         if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, result.position) }, position: result.position };
         const stored: MemoryView[] = [];
-        for (const fact of facts) stored.push(await storedView(result, agent, user, undefined, fact, session));
+        for (const fact of facts) stored.push(await storedView(result, agent, user, undefined, fact));
         return { body: { facts: stored }, position: result.position };
       },
     }),

@@ -12,8 +12,8 @@ const MemoryId = Type.String({
   description: '1-128 ASCII letters, digits, `_`, `.`, `:`, `-`. Given: updates that memory in the scope, or creates it with this id. Omitted: derived from the trimmed text (`m_` + 32 hex digits), so the same text is one memory.',
 });
 const Text = (what: string, max: number) => Type.String({ maxLength: max, description: `${what}: not empty after trimming, at most ${max.toLocaleString('en-US')} bytes (UTF-8)` });
-const Session = Type.Union([Type.String({ maxLength: MAX_SESSION_BYTES }), Type.Null()], {
-  description: `optional provenance label, at most ${MAX_SESSION_BYTES} bytes; "" and null mean none`,
+const Session = (more: string) => Type.Union([Type.String({ maxLength: MAX_SESSION_BYTES }), Type.Null()], {
+  description: `optional provenance label, at most ${MAX_SESSION_BYTES} bytes; "" and null mean none. ${more}`,
 });
 
 export const Scope = Type.Object({ agent: ScopeId, user: ScopeId }, { additionalProperties: false, description: 'agent and user namespaces' });
@@ -23,7 +23,7 @@ export const StoreMemoryBody = Type.Object({
   scope: Scope,
   id: Type.Optional(MemoryId),
   text: Text('memory text, stored trimmed and NFC-normalised', MAX_TEXT_BYTES),
-  session: Type.Optional(Session),
+  session: Type.Optional(Session('Without `id`, when a live memory already holds the text: omitted keeps its label, anything else replaces it. With `id`: the memory gets exactly this label (omitted: none).')),
 }, { additionalProperties: false });
 export type StoreMemoryBody = Static<typeof StoreMemoryBody>;
 
@@ -48,7 +48,7 @@ export type PersonalityBody = Static<typeof PersonalityBody>;
 export const IngestBody = Type.Object({
   scope: Scope,
   text: Text('text to extract facts from (never stored)', MAX_TEXT_BYTES),
-  session: Type.Optional(Session),
+  session: Type.Optional(Session('The label of the memories this ingest creates; a fact a live memory already holds keeps that memory\'s label.')),
 }, { additionalProperties: false });
 export type IngestBody = Static<typeof IngestBody>;
 
@@ -74,7 +74,7 @@ export const SearchResponse = Type.Object({ results: Type.Array(ScoredMemory, { 
 const PersonalityText = Type.String({ description: 'the scope\'s personality text; "" when none is set' });
 export const ContextResponse = Type.Object({ personality: PersonalityText, memories: Type.Array(ScoredMemory) });
 export const PersonalityResponse = Type.Object({ scope: Scope, personality: Type.String(), updated_at: DateTime });
-export const IngestResponse = Type.Object({ facts: Type.Array(MemoryView, { maxItems: 20, description: 'the stored memories, at most 20 (a fact already stored with the same text is returned once, unchanged)' }) });
+export const IngestResponse = Type.Object({ facts: Type.Array(MemoryView, { maxItems: 20, description: 'the stored memories, at most 20; a fact a live memory of the scope already holds is returned once and unchanged (its session and updated_at are kept, whatever the ingest\'s session)' }) });
 export const ChatResponse = Type.Object({ answer: Type.String(), context: ContextResponse });
 export const ExportResponse = Type.Object({
   scope: Scope,

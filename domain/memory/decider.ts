@@ -60,8 +60,12 @@ export type MemoryEvent = MemoryStored | MemoryUpdated | MemoryDeleted | Persona
 
 export const MEMORY_EVENT_TYPES = ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'PersonalitySet', 'FactsExtracted', 'ScopeDeleted'] as const;
 
-/** `memory_id` given: store under that id (create or update). Absent: see `resolveId`. */
-export type StoreMemory = { type: 'StoreMemory'; data: Scope & { memory_id?: string; text: string; session: string | null } };
+/**
+ * `memory_id` given: store under that id (create or update) with exactly this session (absent: none).
+ * Absent: see `resolveId`; a live memory already holding the text keeps its session unless one is given
+ * (`null` included, which removes the label).
+ */
+export type StoreMemory = { type: 'StoreMemory'; data: Scope & { memory_id?: string; text: string; session?: string | null } };
 /** `request_fingerprint` given and remembered: a repeat, which decides nothing (the first ingest's facts stand). */
 export type IngestFacts = { type: 'IngestFacts'; data: Scope & Repeatable & { session: string | null; facts: string[]; model: string } };
 /** `request_fingerprint` given and remembered: a repeat, which decides the first deletion's event again, even once the memory is gone (or back). */
@@ -174,7 +178,11 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
     switch (command.type) {
       case 'StoreMemory': {
         const { memory_id, text, session } = command.data;
-        return store(state, scope, memory_id ?? resolveId(state, text), text, session, ctx.now);
+        if (memory_id !== undefined) return store(state, scope, memory_id, text, session ?? null, ctx.now);
+        const id = resolveId(state, text);
+        // A live memory already holds the text: without a session it stays as it is, label included.
+        if (session === undefined && state.memories.has(id)) return [];
+        return store(state, scope, id, text, session ?? null, ctx.now);
       }
       case 'IngestFacts': {
         const { facts, session, model, request_fingerprint: request } = command.data;
@@ -188,7 +196,8 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
           texts.add(key);
           const id = resolveId(state, fact, ids);
           ids.add(id);
-          events.push(...store(state, scope, id, fact, session, ctx.now));
+          // A fact a live memory already holds comes back as it is: an ingest never relabels or re-dates it.
+          if (!state.memories.has(id)) events.push(...store(state, scope, id, fact, session, ctx.now));
         }
         if (ids.size === 0) return [];
         events.push({ type: 'FactsExtracted', data: { ...scope, session, memory_ids: [...ids], model, extracted_at: ctx.now, ...withRequest(request) } });

@@ -107,6 +107,23 @@ t.test('POST /v1/ingest extracts facts with the chat provider and stores them li
   t.equal((await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`)).body.memories.length, 2);
 });
 
+t.test('ingest returns a fact a live memory already holds unchanged: its session and updated_at are kept', async (t) => {
+  const scope = freshScope();
+  const labelled = await app.memory('POST', '/v1/memories', { scope, text: 'The user keeps bees', session: 'call-1' });
+  const unlabelled = await app.memory('POST', '/v1/memories', { scope, text: 'The user rides a tandem' });
+  const head = await app.events.headPosition();
+  server.chat.push(facts('The user keeps bees'));
+  const without = await app.memory('POST', '/v1/ingest', { scope, text: 'bees again' });
+  t.same(without.body.facts, [labelled.body], 'an ingest without session does not erase the label');
+  server.chat.push(facts('The user keeps bees', 'The user rides a tandem'));
+  const other = await app.memory('POST', '/v1/ingest', { scope, text: 'bees and tandem', session: 'call-9' });
+  t.same(other.body.facts, [labelled.body, unlabelled.body], 'an ingest with another session does not relabel either');
+  const extracted = (await app.events.readAll(head, { limit: 100 })).filter((e) => (e.data as { user: string }).user === scope.user);
+  t.same(extracted.map((e) => e.type), ['FactsExtracted', 'FactsExtracted'], 'only the provenance of the ingests is appended');
+  const exported = await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
+  t.same(exported.body.memories.map((m: { session: string | null }) => m.session), ['call-1', null]);
+});
+
 t.test('ingest stores at most 20 facts', async (t) => {
   const scope = freshScope();
   server.chat.push(facts(...Array.from({ length: 25 }, (_, i) => `fact number ${i}`)));

@@ -52,6 +52,27 @@ t.test('POST /v1/memories stores, derives the id from the trimmed text, and dedu
   t.equal(nfc.body.text, 'caf\u00e9 au lait');
 });
 
+t.test('POST /v1/memories without id of a text already held: an omitted session keeps the label, a given one replaces it', async (t) => {
+  const scope = freshScope();
+  const first = await store(scope, 'Sam keeps bees', { session: 'call-1' });
+  const head = await app.events.headPosition();
+  const omitted = await store(scope, 'Sam keeps bees');
+  t.same(omitted.body, first.body, 'unchanged: session and updated_at kept');
+  t.equal(await app.events.headPosition(), head, 'nothing appended');
+  t.same((await call(app, 'GET', `/v1/export?${q(scope)}`)).body.memories.map((m: { session: string }) => m.session), ['call-1']);
+
+  const relabelled = await store(scope, 'Sam keeps bees', { session: 'call-2' });
+  t.equal(relabelled.body.session, 'call-2', 'another session: the memory moves to it');
+  t.ok(relabelled.body.updated_at > first.body.updated_at);
+  const cleared = await store(scope, 'Sam keeps bees', { session: null });
+  t.equal(cleared.body.session, null, 'session null removes the label');
+  t.same((await store(scope, 'Sam keeps bees')).body, cleared.body, 'and an omitted one keeps that too');
+
+  const byId = await store(scope, 'Sam keeps wasps', { id: 'hive', session: 'call-3' });
+  t.equal(byId.body.session, 'call-3');
+  t.equal((await store(scope, 'Sam keeps wasps', { id: 'hive' })).body.session, null, 'by id: exactly what is given, an omitted session is none');
+});
+
 t.test('store with an id updates that memory inside the scope', async (t) => {
   const scope = freshScope();
   const created = await store(scope, 'my favourite colour is blue', { id: 'colour' });

@@ -87,15 +87,17 @@ t.test('DeleteScope', async (t) => {
     .then([{ type: 'ScopeDeleted', data: { ...scope, memory_count: 0, personality: true, deleted_at: T1 } }]));
 });
 
-t.test('IngestFacts: each fact like a store without id, duplicates once, then FactsExtracted', async () => {
+t.test('IngestFacts: each new fact like a store without id, duplicates once, then FactsExtracted', async (t) => {
   const tea = memoryIdFor('tea'), dog = memoryIdFor('dog'), cat = memoryIdFor('cat');
-  given([stored(tea, 'tea', 's'), stored(dog, 'dog', null)])
+  t.test('facts live memories already hold are left as they are, whatever their session', async (t) => given([stored(tea, 'tea', 's'), stored(dog, 'dog', 'other')], t)
     .when({ type: 'IngestFacts', data: { ...scope, session: 's', facts: ['tea', 'dog', 'cat', 'cat'], model: 'm' } })
     .then([
-      { type: 'MemoryUpdated', data: { ...scope, memory_id: dog, text: 'dog', session: 's', created_at: T0, updated_at: T1 } },
       { type: 'MemoryStored', data: { ...scope, memory_id: cat, text: 'cat', session: 's', created_at: T1 } },
       { type: 'FactsExtracted', data: { ...scope, session: 's', memory_ids: [tea, dog, cat], model: 'm', extracted_at: T1 } },
-    ]);
+    ]));
+  t.test('an ingest without session does not erase a label', async (t) => given([stored(dog, 'dog', 'call-1')], t)
+    .when({ type: 'IngestFacts', data: { ...scope, session: null, facts: ['dog'], model: 'm' } })
+    .then([{ type: 'FactsExtracted', data: { ...scope, session: null, memory_ids: [dog], model: 'm', extracted_at: T1 } }]));
 });
 
 t.test('StoreMemory without id: one memory per text, and a correction by id is never undone', async (t) => {
@@ -110,6 +112,18 @@ t.test('StoreMemory without id: one memory per text, and a correction by id is n
   t.test('the same text in another session: that memory moves to the session', async (t) => given([stored(porto, 'Sam lives in Porto')], t)
     .when(storeText('Sam lives in Porto', 's2')).then([
       { type: 'MemoryUpdated', data: { ...scope, memory_id: porto, text: 'Sam lives in Porto', session: 's2', created_at: T0, updated_at: T1 } },
+    ]));
+  t.test('the same text without a session: that memory as it is, label kept', async (t) => given([stored(porto, 'Sam lives in Porto', 's1')], t)
+    .when({ type: 'StoreMemory', data: { ...scope, text: 'Sam lives in Porto' } }).then([]));
+  t.test('the same text with session null: the label is removed', async (t) => given([stored(porto, 'Sam lives in Porto', 's1')], t)
+    .when(storeText('Sam lives in Porto', null)).then([
+      { type: 'MemoryUpdated', data: { ...scope, memory_id: porto, text: 'Sam lives in Porto', session: null, created_at: T0, updated_at: T1 } },
+    ]));
+  t.test('a new text without a session: stored without a label', async (t) => given([], t)
+    .when({ type: 'StoreMemory', data: { ...scope, text: 'Sam lives in Porto' } }, T0).then([stored(porto, 'Sam lives in Porto')]));
+  t.test('by id without a session: exactly that, the label removed', async (t) => given([stored('diet', 'vegetarian', 's1')], t)
+    .when({ type: 'StoreMemory', data: { ...scope, memory_id: 'diet', text: 'vegetarian' } }).then([
+      { type: 'MemoryUpdated', data: { ...scope, memory_id: 'diet', text: 'vegetarian', session: null, created_at: T0, updated_at: T1 } },
     ]));
   t.test('the old text after a correction by id: a new memory under the next derived id', async (t) => given([
     stored(porto, 'Sam lives in Porto'), updated(porto, 'Sam lives in Lisbon'),
