@@ -31,6 +31,13 @@ t.test('scope ids: 1-128 of [A-Za-z0-9_.-], in the body for POST/PUT and the que
   t.equal((await post('/v1/memories', { scope: { agent: id128, user: 'A-Z_0.9' }, text: 'x' })).status, 200, '128 chars pass');
   is400(t, await post('/v1/memories', { scope: { agent: id129, user: 'u' }, text: 'x' }), 'body.scope.agent', '129 chars');
   is400(t, await post('/v1/memories', { scope: { agent: 'a', user: '' }, text: 'x' }), 'body.scope.user', 'empty');
+  const user128 = await post('/v1/memories', { scope: { agent: 'a', user: id128 }, text: 'x' });
+  t.equal(user128.status, 200, 'user: 128 chars pass');
+  is400(t, await post('/v1/memories', { scope: { agent: 'a', user: id129 }, text: 'x' }), 'body.scope.user', 'user: 129 chars');
+  is400(t, await post('/v1/memories', { scope: { agent: '', user: 'u' }, text: 'x' }), 'body.scope.agent', 'empty agent');
+  t.equal((await send(app, 'GET', `/v1/export?agent=a&user=${id128}`)).body.memories.length, 1, 'query: user of 128 chars');
+  is400(t, await send(app, 'GET', `/v1/export?agent=a&user=${id129}`), 'query.user', 'query: user of 129 chars');
+  is400(t, await send(app, 'GET', '/v1/export?agent=&user=u'), 'query.agent', 'query: empty agent');
   for (const bad of ['a/b', 'a b', 'ä', 'a:b', 'a\nb']) is400(t, await post('/v1/search', { scope: { agent: bad, user: 'u' }, query: 'x' }), 'body.scope.agent', JSON.stringify(bad));
   is400(t, await post('/v1/memories', { text: 'x' }), 'scope', 'missing scope');
   is400(t, await post('/v1/memories', { scope: { agent: 'a' }, text: 'x' }), 'user', 'missing user');
@@ -89,6 +96,7 @@ t.test('query: non-empty, at most 8,192 bytes; same rules on search, context and
   }
   is400(t, await post('/v1/chat', { scope, query: `${q8192}.` }), 'body.query', 'chat: 8,193 bytes');
   is400(t, await post('/v1/chat', { scope, query: '' }), 'body.query', 'chat: empty');
+  is400(t, await post('/v1/chat', { scope, query: ' \n\t ' }), /body\.query.*empty/, 'chat: whitespace only');
 });
 
 t.test('limit: integer 1-100', async (t) => {
@@ -104,6 +112,7 @@ t.test('personality: non-empty, at most 8,192 bytes', async (t) => {
   t.equal((await send(app, 'PUT', '/v1/personality', { json: { scope, personality: p8192 } })).status, 200, '8,192 bytes pass');
   is400(t, await send(app, 'PUT', '/v1/personality', { json: { scope, personality: `${p8192}x` } }), 'body.personality', '8,193 bytes');
   is400(t, await send(app, 'PUT', '/v1/personality', { json: { scope, personality: '' } }), 'body.personality', 'empty');
+  is400(t, await send(app, 'PUT', '/v1/personality', { json: { scope, personality: ' \n\t\u00a0 ' } }), /body\.personality.*empty/, 'whitespace only');
   is400(t, await send(app, 'PUT', '/v1/personality', { json: { scope } }), 'personality', 'missing');
 });
 
@@ -148,6 +157,16 @@ t.test('bodies: unknown fields, trailing JSON, malformed JSON, content type, 1 M
   const over = atLimit.slice(0, -1) + ' }';
   t.equal(bytes(over), MiB + 1);
   is400(t, await send(app, 'POST', '/v1/memories', { body: over, headers: json }), 'exceeds 1048576 bytes', '1 MiB + 1 byte');
+
+  // The same on PUT /v1/personality (the spec's limit is for POST and PUT bodies).
+  const personality = JSON.stringify({ scope, personality: 'Calm and brief.' });
+  const putAtLimit = personality.slice(0, -1) + ' '.repeat(MiB - bytes(personality)) + '}';
+  t.equal(bytes(putAtLimit), MiB);
+  t.equal((await send(app, 'PUT', '/v1/personality', { body: putAtLimit, headers: json })).status, 200, 'PUT: exactly 1 MiB passes');
+  is400(t, await send(app, 'PUT', '/v1/personality', { body: putAtLimit.slice(0, -1) + ' }', headers: json }), 'exceeds 1048576 bytes', 'PUT: 1 MiB + 1 byte');
+  is400(t, await send(app, 'PUT', '/v1/personality', { body: `${personality} {}`, headers: json }), 'JSON', 'PUT: trailing JSON value');
+  is400(t, await send(app, 'PUT', '/v1/personality', { body: `${personality}x`, headers: json }), 'JSON', 'PUT: trailing garbage');
+  t.equal((await send(app, 'PUT', '/v1/personality', { body: `${personality} \n`, headers: json })).status, 200, 'PUT: trailing whitespace is not data');
 });
 
 t.test('bodies: gzip and deflate, the 1 MiB limit after decompression, prototype-poisoning keys', async (t) => {

@@ -134,6 +134,30 @@ t.test('ingest stores at most 20 facts', async (t) => {
   t.equal((await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`)).body.memories.length, 20);
 });
 
+t.test('facts per ingest at the edge: exactly 20 are all stored, of 21 the first 20', async (t) => {
+  const twenty = freshScope();
+  server.chat.push(facts(...Array.from({ length: 20 }, (_, i) => `edge fact ${i}`)));
+  const all = await app.memory('POST', '/v1/ingest', { scope: twenty, text: 'twenty facts' });
+  t.equal(all.status, 200);
+  t.equal(all.body.facts.length, 20, '20 facts: all returned');
+  t.equal((await app.memory('GET', `/v1/export?agent=${twenty.agent}&user=${twenty.user}`)).body.memories.length, 20, '... and stored');
+
+  const more = freshScope();
+  server.chat.push(facts(...Array.from({ length: 21 }, (_, i) => `edge fact ${i}`)));
+  const capped = await app.memory('POST', '/v1/ingest', { scope: more, text: 'twenty-one facts' });
+  t.equal(capped.status, 200);
+  t.same(capped.body.facts.map((f: { text: string }) => f.text), Array.from({ length: 20 }, (_, i) => `edge fact ${i}`), '21 facts: the first 20');
+  const stored = (await app.memory('GET', `/v1/export?agent=${more.agent}&user=${more.user}`)).body.memories.map((m: { text: string }) => m.text);
+  t.equal(stored.length, 20);
+  t.notOk(stored.includes('edge fact 20'), 'the 21st is not stored');
+
+  const dupes = freshScope();
+  server.chat.push(facts(...Array.from({ length: 20 }, (_, i) => `edge fact ${i}`), 'edge fact 0', 'edge fact 20'));
+  const collapsed = await app.memory('POST', '/v1/ingest', { scope: dupes, text: 'with a repeat' });
+  t.equal(collapsed.body.facts.length, 20, 'duplicates collapse before the first 20 are taken');
+  t.equal(collapsed.body.facts[19].text, 'edge fact 19');
+});
+
 t.test('ingest tolerates fenced or slightly malformed JSON from local models', async (t) => {
   const scope = freshScope();
   server.chat.push('```json\n{"facts": ["The user plays chess", "  ", {"fact": "The user is left-handed"},]}\n```');
@@ -236,6 +260,33 @@ t.test('POST /v1/chat: one completion with personality and memories; stores neit
   isGeneric500(t, await app.memory('POST', '/v1/chat', { scope, query: 'peanuts' }), 'CHAT-DOWN-SECRET', app.logs);
   server.chat.push({ status: 200, json: { choices: [{ message: { content: '' } }] } });
   t.equal((await app.memory('POST', '/v1/chat', { scope, query: 'peanuts' })).status, 500, 'an empty completion is a failure');
+});
+
+t.test('chat after a delete never sees the deleted memory: not in the prompt, not in the context', async (t) => {
+  const scope = freshScope();
+  const kept = await app.memory('POST', '/v1/memories', { scope, text: 'The user walks a greyhound every morning' });
+  const gone = await app.memory('POST', '/v1/memories', { scope, text: 'The user walks a greyhound named DELETED-MARKER' });
+  const byId = await app.memory('POST', '/v1/memories', { scope, id: 'dog-note', text: 'A greyhound note BY-ID-MARKER' });
+  t.equal((await app.memory('DELETE', `/v1/memories?agent=${scope.agent}&user=${scope.user}&id=${gone.body.id}`)).status, 200);
+  t.equal((await app.memory('DELETE', `/v1/memories?agent=${scope.agent}&user=${scope.user}&id=${byId.body.id}`)).status, 200);
+  for (const mode of ['lexical', 'semantic', 'hybrid']) {
+    const before = server.chatRequests().length;
+    server.chat.push('A walk at dawn.');
+    const res = await app.memory('POST', '/v1/chat', { scope, query: 'greyhound walks', mode, limit: 100 });
+    t.equal(res.status, 200, mode);
+    t.same(res.body.context.memories.map((m: { id: string }) => m.id), [kept.body.id], `${mode}: only the live memory is in the context`);
+    const prompt = JSON.stringify(server.chatRequests()[before]!.body.messages);
+    t.match(prompt, 'The user walks a greyhound every morning', `${mode}: the live memory is in the prompt`);
+    t.notMatch(prompt, /DELETED-MARKER|BY-ID-MARKER/, `${mode}: the deleted ones are not`);
+  }
+
+  await app.memory('PUT', '/v1/personality', { scope, personality: 'You are PERSONALITY-MARKER.' });
+  t.equal((await app.memory('DELETE', `/v1/scope?agent=${scope.agent}&user=${scope.user}`)).status, 200);
+  const before = server.chatRequests().length;
+  server.chat.push('Who are you?');
+  const after = await app.memory('POST', '/v1/chat', { scope, query: 'greyhound walks', mode: 'hybrid' });
+  t.same(after.body.context, { personality: '', memories: [] }, 'after DELETE /v1/scope: nothing');
+  t.notMatch(JSON.stringify(server.chatRequests()[before]!.body.messages), /greyhound every morning|PERSONALITY-MARKER/, 'and nothing of the scope in the prompt');
 });
 
 t.test('ingest and chat without LLM_BASE_URL: 503 naming it; validation first', async (t) => {
@@ -380,4 +431,9 @@ t.test('ingest and chat limits at their edges, with a provider configured', asyn
   t.equal(server.chatRequests().length, calls, 'refused before the provider is asked');
   const chat = await app.memory('POST', '/v1/chat', { scope, query: text8192 });
   t.equal(chat.status, 200, 'chat: an 8,192-byte query passes');
+  const chatCalls = server.chatRequests().length;
+  const blank = await app.memory('POST', '/v1/chat', { scope, query: ' \n\t ' });
+  t.equal(blank.status, 400, 'chat: a whitespace-only query is refused');
+  t.match(JSON.stringify(blank.body.errors), 'body.query');
+  t.equal(server.chatRequests().length, chatCalls, '... before the provider is asked');
 });
