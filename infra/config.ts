@@ -74,6 +74,20 @@ function optional(value: string | undefined): string | undefined {
   return value === undefined || value.trim() === '' ? undefined : value.trim();
 }
 
+/**
+ * MEMORY_OWNER_TOKEN: unset or exactly empty turns the owner token off. A value of only whitespace would
+ * otherwise turn it off too, silently: refused, like one with whitespace inside, which no
+ * `Authorization: Bearer` header can carry. Surrounding whitespace (a newline from a file) is trimmed.
+ */
+function ownerToken(env: NodeJS.ProcessEnv): string | undefined {
+  const raw = env.MEMORY_OWNER_TOKEN;
+  if (raw === undefined || raw === '') return undefined;
+  const value = raw.trim();
+  if (value === '') throw new Error('MEMORY_OWNER_TOKEN is set but blank: set a token, or set it empty (MEMORY_OWNER_TOKEN=) or unset it to run the memory service without one');
+  if (/\s/.test(value)) throw new Error('MEMORY_OWNER_TOKEN must not contain whitespace: it is sent as "Authorization: Bearer <token>"');
+  return value;
+}
+
 function embeddingsProvider(env: NodeJS.ProcessEnv): EmbeddingsProviderKind {
   const raw = optional(env.EMBEDDINGS_PROVIDER)?.toLowerCase() ?? 'local';
   if (raw !== 'local' && raw !== 'openai' && raw !== 'none') throw new Error(`EMBEDDINGS_PROVIDER must be local, openai or none, got "${raw}"`);
@@ -124,7 +138,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     projectionsThread: flag('PROJECTIONS_THREAD', true, env),
     projectionsNice: bounded('PROJECTIONS_NICE', 10, 0, 19, env),
     memory: {
-      ownerToken: optional(env.MEMORY_OWNER_TOKEN),
+      ownerToken: ownerToken(env),
       allowedHosts: allowedHosts?.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean),
     },
     logLevel: optional(env.LOG_LEVEL) ?? 'info',

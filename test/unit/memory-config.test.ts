@@ -1,0 +1,44 @@
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { loadConfig } from '../../infra/config.js';
+
+/** MEMORY_OWNER_TOKEN: unset or empty turns the owner token off; a blank or unusable value is a configuration error. */
+
+const token = (value?: string) => loadConfig(value === undefined ? {} : { MEMORY_OWNER_TOKEN: value }).memory.ownerToken;
+
+t.test('unset or exactly empty: no owner token', async (t) => {
+  t.equal(token(), undefined);
+  t.equal(token(''), undefined, 'MEMORY_OWNER_TOKEN= is the documented way to turn it off');
+});
+
+t.test('a token is used as given, surrounding whitespace (e.g. a newline from a secrets file) trimmed', async (t) => {
+  t.equal(token('s3cret-token'), 's3cret-token');
+  t.equal(token('  s3cret-token\n'), 's3cret-token');
+});
+
+t.test('whitespace only: refused, never silently no auth', async (t) => {
+  for (const blank of [' ', '\t', '\n', '  \r\n ']) {
+    t.throws(() => token(blank), /MEMORY_OWNER_TOKEN is set but blank/, JSON.stringify(blank));
+  }
+});
+
+t.test('whitespace inside: refused (no "Authorization: Bearer" header could carry it)', async (t) => {
+  t.throws(() => token('two words'), /MEMORY_OWNER_TOKEN must not contain whitespace/);
+  t.throws(() => token('tab\there'), /MEMORY_OWNER_TOKEN must not contain whitespace/);
+});
+
+t.test('the server refuses to start with a blank token, naming the setting', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-config-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  const run = spawnSync(process.execPath, ['--import', 'tsx', 'api/main.ts'], {
+    cwd: new URL('../..', import.meta.url).pathname,
+    env: { ...process.env, MEMORY_OWNER_TOKEN: '   ', DATA_DIR: dataDir, PORT: '0', MEMORY_PORT: '0', LOG_LEVEL: 'silent' },
+    encoding: 'utf8',
+    timeout: 20_000,
+  });
+  t.not(run.status, 0, 'exits with an error');
+  t.match(run.stderr, /MEMORY_OWNER_TOKEN is set but blank/);
+});
