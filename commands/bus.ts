@@ -148,8 +148,11 @@ export class CommandBus {
         decided.writing.forEach(({ i, stream }, k) => {
           // An idempotent replay (the event ids were appended before, by an earlier request with the same
           // Idempotency-Key) answers with the original revision and writes nothing: the state cached for
-          // this stream includes events that were not appended now, so it must not be decided on again.
-          if (appended[k]!.revision !== decided.each[i]!.result.revision && this.cache.get(stream) === decided.entries[i]) this.cache.delete(stream);
+          // this stream includes events that were not appended now, so it must not be decided on again;
+          // nor may a state decided on top of it since (its append fails on the revision, but a decision
+          // that appends nothing would stand on events that were never written).
+          const cached = this.cache.get(stream);
+          if (appended[k]!.revision !== decided.each[i]!.result.revision && cached && cached.revision >= decided.each[i]!.result.revision) this.cache.delete(stream);
         });
         return await Promise.all(decided.each.map(async (d, i) => {
           const k = decided.writing.findIndex((w) => w.i === i);

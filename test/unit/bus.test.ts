@@ -34,7 +34,7 @@ t.test('commands pipeline on a hot stream, and recover when another writer moved
   t.equal(second.position, first.position);
   const events = await store.readStream(stream);
   t.equal(events.length, 22);
-  t.same(events.at(-1)!.data, { project_id: 'p', key: 'k', value: 100, set_at: events.at(-1)!.data.set_at });
+  t.match(events.at(-1)!.data, { project_id: 'p', key: 'k', value: 100, set_at: String });
 });
 
 t.test('handleAll: commands on several streams commit together, and are decided again together after a conflict', async (t) => {
@@ -128,3 +128,4 @@ t.test('a command that changes nothing, or is refused, is decided on the stream 
   t.same(unchanged.events, []);
   t.equal(unchanged.position, deleted.position);
 });
+
