@@ -74,7 +74,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
     // Commands change state; queries (GET, and POSTs that read: search, context, chat) declare their read models.
     const command = r.method !== 'GET' && !r.readModels;
     if (command) {
-      params.push({ name: 'Idempotency-Key', in: 'header' as never, required: false, description: 'Repeating a request with the same key returns the first result instead of acting twice', schema: { type: 'string', minLength: 1, maxLength: 255 } as never });
+      params.push({ name: 'Idempotency-Key', in: 'header' as never, required: false, description: 'Repeating a request with the same key never acts twice: a create returns the first result; on other commands the repeat writes nothing (see each operation for what it answers)', schema: { type: 'string', minLength: 1, maxLength: 255 } as never });
     }
     const responses: Record<string, unknown> = {};
     for (const [status, doc] of Object.entries(r.responses)) {
