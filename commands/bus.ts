@@ -77,20 +77,21 @@ export class CommandBus {
     const context: CommandContext = {
       now, actor: meta.actor, project_id: meta.project_id, tenant_id: meta.tenant_id, request_key: meta.request_key, request_hash: requestHash,
     };
-    let events: Event[];
+    let events: Event[] | undefined;
+    let refusal: unknown;
     try {
       events = decider.decide(command, entry.state, context);
     } catch (error) {
-      // A refusal appends nothing, so no expected revision would catch a cached state that another node
-      // has moved past (a key it created, a value it changed): refuse only on the stream as it is.
-      if (!cached || !(await this.isStale(stream, cached))) throw error;
-      entry = await this.reload(stream, decider);
-      events = decider.decide(command, entry.state, context);
+      refusal = error;
     }
-    // Likewise for a command that changes nothing (a value set to what it already is, here).
-    if (events.length === 0 && cached && entry === cached && (await this.isStale(stream, cached))) {
-      entry = await this.reload(stream, decider);
-      events = decider.decide(command, entry.state, context);
+    // A refusal or a decision that changes nothing appends nothing, so no expected revision would catch a
+    // cached state that another node has moved past (a key it created, a value it changed): such an
+    // answer stands only on the stream as it is.
+    if (events === undefined || events.length === 0) {
+      if (cached && (await this.isStale(stream, cached))) {
+        entry = await this.reload(stream, decider);
+        events = decider.decide(command, entry.state, context);
+      } else if (events === undefined) throw refusal;
     }
     if (events.length === 0) {
       return { result: { events, state: entry.state, revision: entry.revision }, entry, newEvents: undefined, expected: entry.revision as ExpectedRevision };
