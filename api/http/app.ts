@@ -95,7 +95,10 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       await next();
     } catch (error) {
       const problem = toProblemError(error);
-      if (problem.status >= 500) logger().error({ err: error }, 'request failed');
+      // An unexpected error is logged with its stack; a deliberate 5xx (a provider failure, whose route already
+      // logged the upstream reply; a missing configuration; a read-model wait that timed out) only says which.
+      if (problem.slug === 'internal') logger().error({ err: error }, 'request failed');
+      else if (problem.status >= 500) logger().warn({ status: problem.status, problem: problem.slug, detail: problem.detail }, 'request failed');
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';
       ctx.body = problem.toProblem(requestId);

@@ -68,6 +68,12 @@ function isGeneric500(t: Test, res: Awaited<ReturnType<App['memory']>>, secret: 
   t.equal(res.body.detail, 'the model provider could not complete the request');
   t.notMatch(res.text, secret, 'the provider\'s reply is not in the response');
   t.ok(logs.some((l) => JSON.stringify(l).includes(secret)), 'the provider\'s reply is in the log');
+  // Logged once, where the cause is known; the request's own failure line is a warning without a stack.
+  const lines = logs.filter((l) => l.request_id === res.body.instance);
+  t.equal(lines.filter((l) => l.level === 50).length, 1, 'one error line for the request');
+  const failed = lines.find((l) => l.msg === 'request failed');
+  t.match(failed, { level: 40, status: 500, problem: 'provider-failure' });
+  t.notOk(failed && 'err' in failed, 'no stack for a deliberate 500');
 }
 
 t.test('POST /v1/ingest extracts facts with the chat provider and stores them like POST /v1/memories', async (t) => {
