@@ -71,6 +71,7 @@ export class Appender {
   private readonly stmt;
 
   constructor(private readonly db: Database.Database) {
+    this.applyRequest = db.transaction((request: AppendRequest, head: number, now: string) => this.applyParts(request, head, now));
     this.stmt = {
       findById: db.prepare<[string], { stream: string; revision: number; position: number }>('SELECT stream, revision, position FROM events WHERE id = ?'),
       streamRow: db.prepare<[string], { revision: number; last_position: number }>('SELECT revision, last_position FROM streams WHERE name = ?'),
@@ -93,25 +94,9 @@ export class Appender {
         head = this.stmt.head.get()?.p ?? 0;
         for (const request of batch) {
           try {
-            if (!request.with) {
-              const before = head;
-              const result = this.applyOne(request, head, now);
-              head = Math.max(head, result.position);
-              outcomes.push({ ok: true, result, written: result.position > before });
-              continue;
-            }
-            // All of them or none: a nested transaction is a savepoint, rolled back if any part throws.
-            const parts = this.db.transaction(() => {
-              let at = head;
-              return [request, ...request.with!].map((part) => {
-                const before = at;
-                const result = this.applyOne(part, at, now);
-                at = Math.max(at, result.position);
-                return { result, written: result.position > before };
-              });
-            })();
+            const parts = this.applyRequest(request, head, now);
             head = Math.max(head, ...parts.map((p) => p.result.position));
-            outcomes.push({ ok: true, ...parts[0]!, also: parts.slice(1) });
+            outcomes.push({ ok: true, ...parts[0]!, ...(request.with ? { also: parts.slice(1) } : {}) });
           } catch (error) {
             outcomes.push(outcomeOf(error));
           }
@@ -122,6 +107,28 @@ export class Appender {
       return { outcomes: batch.map(() => failed), head: 0, recorded_at: now };
     }
     return { outcomes, head, recorded_at: now };
+  }
+
+  /**
+   * One request (an append and those that commit `with` it), all of it or none: a nested transaction is
+   * a savepoint, rolled back if any part throws (a failed check, an insert that fails half-way), so a
+   * refused request leaves no rows behind for the batch's commit, and the requests after it are unaffected.
+   */
+  private readonly applyRequest: (request: AppendRequest, head: number, now: string) => Array<{ result: AppendResult; written: boolean }>;
+
+  private applyParts(request: AppendRequest, head: number, now: string): Array<{ result: AppendResult; written: boolean }> {
+    const ids = new Set<string>();
+    let at = head;
+    return [request, ...(request.with ?? [])].map((part) => {
+      for (const e of part.events) {
+        if (ids.has(e.id)) throw new DuplicateEventIdError(e.id, part.stream);
+        ids.add(e.id);
+      }
+      const before = at;
+      const result = this.applyOne(part, at, now);
+      at = Math.max(at, result.position);
+      return { result, written: result.position > before };
+    });
   }
 
   private applyOne({ stream, events, expected }: AppendRequest, head: number, now: string): AppendResult {

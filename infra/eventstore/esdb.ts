@@ -6,7 +6,7 @@ import type {
   AllStreamRecordedEvent, AllStreamResolvedEvent, AllStreamSubscription, AppendExpectedRevision, Filter, JSONType, Position,
   RecordedEvent as EsdbRecordedEvent, ReadPosition,
 } from '@eventstore/db-client';
-import { WrongExpectedVersionError } from './errors.js';
+import { DuplicateEventIdError, WrongExpectedVersionError } from './errors.js';
 import { matchesFilter } from './port.js';
 import type {
   AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
@@ -73,8 +73,9 @@ function isErrorOfType(error: unknown, type: ErrorType): boolean {
  * Idempotence is ESDB's own: event ids are passed through, and a retried append of the same ids at
  * the same expected revision succeeds without writing. Unlike the embedded store, ESDB does not keep
  * event ids unique across the log: the same id appended to another stream (or at the current end of
- * the same stream) is written again, so DuplicateEventIdError is never raised here; a batch whose ids
- * match the stream only in part is reported as a WrongExpectedVersionError.
+ * the same stream) is written again, so DuplicateEventIdError is raised here only for an append that
+ * repeats an id within itself (checked before sending); a batch whose ids match the stream only in part
+ * is reported as a WrongExpectedVersionError.
  */
 export class EsdbEventStore implements EventStore {
   readonly kind = 'esdb' as const;
@@ -99,6 +100,12 @@ export class EsdbEventStore implements EventStore {
     if (this.closed) throw new Error('event store is closed');
     // An empty append would still write a record in ESDB; check the expectation without writing.
     if (events.length === 0) return this.checkOnly(stream, expected);
+    // One append that repeats an id is refused whole, as by the embedded store (ESDB would write both).
+    const ids = new Set<string>();
+    for (const e of events) {
+      if (ids.has(e.id)) throw new DuplicateEventIdError(e.id, stream);
+      ids.add(e.id);
+    }
     try {
       const result = await this.client.appendToStream(stream, events.map((e) => jsonEvent({
         id: e.id,

@@ -53,6 +53,26 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.match(conflict, { stream: s('new'), expected: 'no_stream', actual: 1 });
   });
 
+  await t.test('a refused append writes none of its events and does not disturb the appends beside it', async (t) => {
+    const repeated = newEvent('Repeated', { n: 1 });
+    // Sent together, so the embedded store commits them in one group commit.
+    const [refused, bystander] = await Promise.allSettled([
+      store.append(s('half'), [newEvent('First', {}), repeated, { ...repeated }], 'no_stream'),
+      store.append(s('beside'), [newEvent('Beside', {})], 'no_stream'),
+    ]);
+    t.equal(refused.status, 'rejected');
+    t.type(refused.status === 'rejected' && refused.reason, DuplicateEventIdError, 'an id repeated within one append');
+    t.equal(bystander.status, 'fulfilled', 'the append committed beside it is written');
+    t.same(await store.readStream(s('half')), [], 'nothing of the refused append is in the log');
+    t.equal(await store.streamInfo(s('half')), undefined);
+    const unserialisable = { ...newEvent('Big', {}), data: { n: 1n } as unknown as Record<string, unknown> };
+    await t.rejects(store.append(s('half'), [newEvent('First', {}), unserialisable], 'no_stream'), 'data that is not JSON is refused');
+    t.same(await store.readStream(s('half')), [], 'still nothing of it');
+    const next = await store.append(s('half'), [newEvent('After', {})], 'no_stream');
+    t.equal(next.revision, 0, 'the stream is appended to as a new one');
+    t.same((await store.readStream(s('half'))).map((e) => e.type), ['After']);
+  });
+
   await t.test('countAfter: events after a position, in events (not position units), bounded', async (t) => {
     const before = await store.headPosition();
     const results = [];
