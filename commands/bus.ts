@@ -38,6 +38,8 @@ export interface CommandResult<State, Event> {
 interface CacheEntry<State> {
   state: State;
   revision: number;
+  /** Id of the event at `revision` (none for a stream with no events): the append decided on this state names it. */
+  lastEventId?: string;
   /** Position of the stream's last committed event, or the append that will produce it. */
   position: number | Promise<number>;
 }
@@ -111,13 +113,13 @@ export class CommandBus {
     }));
     const state = events.reduce((s, e) => decider.evolve(s, e), entry.state);
     const expected: ExpectedRevision = entry.revision < 0 ? 'no_stream' : entry.revision;
-    return { result: { events, state, revision: entry.revision + events.length }, entry, newEvents, expected };
+    return { result: { events, state, revision: entry.revision + events.length }, entry, newEvents, expected, lastEventId: entry.lastEventId };
   }
 
   /** Caches the state after an append that is on its way, so the next command on the stream is decided on it. */
-  private pending<State>(stream: string, decided: { result: { state: State; revision: number } }, position: Promise<number>): CacheEntry<State> {
+  private pending<State>(stream: string, decided: { result: { state: State; revision: number }; newEvents?: NewEvent[] }, position: Promise<number>): CacheEntry<State> {
     position.catch(() => undefined);
-    const next: CacheEntry<State> = { state: decided.result.state, revision: decided.result.revision, position };
+    const next: CacheEntry<State> = { state: decided.result.state, revision: decided.result.revision, lastEventId: decided.newEvents?.at(-1)?.id, position };
     this.remember(stream, next);
     return next;
   }
@@ -135,9 +137,24 @@ export class CommandBus {
     for (let attempt = 1; ; attempt++) {
       const decided = await this.withStreamLocks([...streams].sort(), async () => {
         const each = [];
-        for (const [i, step] of steps.entries()) each.push(await this.decideOn(step.stream, step.decider, step.command, meta, sequences[i]!));
-        const writing = each.flatMap((d, i) => (d.newEvents ? [{ i, stream: streams[i]!, events: d.newEvents, expected: d.expected }] : []));
-        const append = writing.length > 0 ? this.store.appendAll(writing.map(({ stream, events, expected }) => ({ stream, events, expected }))) : undefined;
+        try {
+          for (const [i, step] of steps.entries()) each.push(await this.decideOn(step.stream, step.decider, step.command, meta, sequences[i]!));
+        } catch (error) {
+          // A later step refused: the earlier steps' evolve may have changed their cached states in place
+          // (deciders' states are not copied), with nothing appended. Those states are gone.
+          each.forEach((d, i) => { if (d.newEvents && this.cache.get(streams[i]!) === d.entry) this.cache.delete(streams[i]!); });
+          throw error;
+        }
+        const writing = each.flatMap((d, i) => (d.newEvents
+          ? [{ i, stream: streams[i]!, events: d.newEvents, expected: d.expected, expectedLastEventId: d.lastEventId }]
+          : []));
+        const appends = writing.map(({ stream, events, expected, expectedLastEventId }) => ({ stream, events, expected, expectedLastEventId }));
+        // Decided on a state that includes appends still on their way: a store that cannot check the last
+        // event id gets this append only once those succeeded (if one fails, this one is decided again).
+        const before = this.store.verifiesLastEventId ? [] : each.flatMap((d) => (d.newEvents && d.entry.position instanceof Promise ? [d.entry.position] : []));
+        const append = writing.length === 0 ? undefined
+          : before.length === 0 ? this.store.appendAll(appends)
+            : Promise.all(before).then(() => this.store.appendAll(appends));
         const entries = each.map((d, i) => {
           const k = writing.findIndex((w) => w.i === i);
           return k < 0 || !append ? d.entry : this.pending(streams[i]!, d, append.then((r) => r[k]!.position));
@@ -164,6 +181,9 @@ export class CommandBus {
         }));
       } catch (error) {
         streams.forEach((stream, i) => { if (this.cache.get(stream) === decided.entries[i]) this.cache.delete(stream); });
+        // What is cached for a stream this call appended to may stand on the failed append (a command
+        // decided on it since, whose own append will fail too): the next command reads the stream from the log.
+        if (decided.append) for (const { stream } of decided.writing) this.cache.delete(stream);
         if (!(error instanceof WrongExpectedVersionError) || attempt >= MAX_ATTEMPTS) throw error;
       }
     }
@@ -185,17 +205,19 @@ export class CommandBus {
     let state = decider.initialState();
     let revision = -1;
     let position = 0;
+    let lastEventId: string | undefined;
     for (let from = 0; ; ) {
       const page = await this.store.readStream(stream, { fromRevision: from, limit: 1000 });
       for (const e of page) {
         state = decider.evolve(state, { type: e.type, data: e.data } as Event);
         revision = e.revision;
         position = e.position;
+        lastEventId = e.id;
       }
       if (page.length < 1000) break;
       from = revision + 1;
     }
-    return { state, revision, position };
+    return { state, revision, lastEventId, position };
   }
 
   private remember(stream: string, entry: CacheEntry<unknown>): void {

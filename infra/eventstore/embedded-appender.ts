@@ -30,6 +30,8 @@ export interface AppendRequest {
   stream: string;
   events: NewEvent[];
   expected: ExpectedRevision;
+  /** See StreamAppend.expectedLastEventId. */
+  expectedLastEventId?: string;
   /** Further appends to other streams that commit with this one or not at all (EventStore.appendAll). */
   with?: Array<Omit<AppendRequest, 'with'>>;
 }
@@ -73,6 +75,7 @@ export class Appender {
   constructor(private readonly db: Database.Database) {
     this.applyRequest = db.transaction((request: AppendRequest, head: number, now: string) => this.applyParts(request, head, now));
     this.stmt = {
+      idAt: db.prepare<[string, number], { id: string }>('SELECT id FROM events WHERE stream = ? AND revision = ?'),
       findById: db.prepare<[string], { stream: string; revision: number; position: number }>('SELECT stream, revision, position FROM events WHERE id = ?'),
       streamRow: db.prepare<[string], { revision: number; last_position: number }>('SELECT revision, last_position FROM streams WHERE name = ?'),
       head: db.prepare<[], { p: number | null }>('SELECT MAX(position) AS p FROM events'),
@@ -131,7 +134,7 @@ export class Appender {
     });
   }
 
-  private applyOne({ stream, events, expected }: AppendRequest, head: number, now: string): AppendResult {
+  private applyOne({ stream, events, expected, expectedLastEventId }: AppendRequest, head: number, now: string): AppendResult {
     const row = this.stmt.streamRow.get(stream);
     const current = row ? row.revision : -1;
     if (events.length > 0) {
@@ -143,6 +146,11 @@ export class Appender {
       || (expected === 'stream_exists' && current >= 0)
       || expected === current;
     if (!ok) throw new WrongExpectedVersionError(stream, expected, current === -1 ? 'no_stream' : current);
+    // The right revision, but reached by other events than those the caller decided on (an append it
+    // counted on failed, and another writer's moved the stream just as far).
+    if (expectedLastEventId !== undefined && current >= 0 && this.stmt.idAt.get(stream, current)?.id !== expectedLastEventId) {
+      throw new WrongExpectedVersionError(stream, expected, current);
+    }
     if (events.length === 0) return { revision: current, position: row?.last_position ?? 0 };
     // The first id was looked up above; the others may still be taken (by events of another stream).
     for (let i = 1; i < events.length; i++) if (this.stmt.findById.get(events[i]!.id)) throw new DuplicateEventIdError(events[i]!.id, stream);

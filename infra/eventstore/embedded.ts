@@ -117,6 +117,7 @@ export class EmbeddedEventStore implements EventStore {
   }
 
   readonly atomicAppendAll = true;
+  readonly verifiesLastEventId = true;
 
   async append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
     return (await this.enqueue({ stream, events, expected }))[0]!;
@@ -154,7 +155,7 @@ export class EmbeddedEventStore implements EventStore {
     const id = this.nextBatchId++;
     this.inFlight.set(id, batch);
     this.writer.ref();
-    this.writer.postMessage({ id, batch: batch.map(({ stream, events, expected, with: also }) => ({ stream, events, expected, with: also })) });
+    this.writer.postMessage({ id, batch: batch.map(({ stream, events, expected, expectedLastEventId, with: also }) => ({ stream, events, expected, expectedLastEventId, with: also })) });
   }
 
   private settle({ id, outcomes, head, recorded_at }: { id: number; outcomes: AppendOutcome[]; head: number; recorded_at: string }): void {

@@ -89,6 +89,8 @@ export class EsdbEventStore implements EventStore {
 
   /** EventStoreDB has no multi-stream transactions: in order, stopping at the first failure (a written prefix stays). */
   readonly atomicAppendAll = false;
+  /** Not checkable in an ESDB append: the command bus sends an append decided on a pending one only after that one succeeded. */
+  readonly verifiesLastEventId = false;
 
   async appendAll(appends: StreamAppend[]): Promise<AppendResult[]> {
     const results: AppendResult[] = [];

@@ -76,6 +76,13 @@ export interface StreamAppend {
   stream: string;
   events: NewEvent[];
   expected: ExpectedRevision;
+  /**
+   * The id of the event at the expected revision, when the caller decided on a state it knows the last
+   * event of: a store that `verifiesLastEventId` refuses the append (WrongExpectedVersionError) unless the
+   * stream's event at that revision is this one. A revision alone cannot tell a state that includes a
+   * not-yet-committed append (which may still fail) from the stream another writer moved to the same revision.
+   */
+  expectedLastEventId?: string;
 }
 
 export interface EventStore {
@@ -89,6 +96,8 @@ export interface EventStore {
    */
   appendAll(appends: StreamAppend[]): Promise<AppendResult[]>;
   readonly atomicAppendAll: boolean;
+  /** Whether appendAll checks `expectedLastEventId` in the append's own transaction (embedded: yes; EventStoreDB: no). */
+  readonly verifiesLastEventId: boolean;
   /** Events of one stream from `fromRevision` (inclusive), in revision order. */
   readStream(stream: string, options?: { fromRevision?: number; limit?: number }): Promise<RecordedEvent[]>;
   /** Events of every stream after `fromPosition` (exclusive; 0 = from the beginning), in global order. */

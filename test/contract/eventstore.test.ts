@@ -73,6 +73,16 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.same((await store.readStream(s('half'))).map((e) => e.type), ['After']);
   });
 
+  await t.test('expectedLastEventId: the right revision reached by other events is a conflict (where the store verifies it)', { skip: !store.verifiesLastEventId && 'this adapter does not verify it (the command bus orders such appends itself)' }, async (t) => {
+    const first = newEvent('First', {});
+    await store.append(s('last-id'), [first], 'no_stream');
+    const wrong = await expectError(store.appendAll([{ stream: s('last-id'), events: [newEvent('Second', {})], expected: 0, expectedLastEventId: randomUUID() }]), WrongExpectedVersionError);
+    t.match(wrong, { stream: s('last-id'), expected: 0, actual: 0 });
+    t.equal((await store.readStream(s('last-id'))).length, 1, 'nothing written');
+    const [ok] = await store.appendAll([{ stream: s('last-id'), events: [newEvent('Second', {})], expected: 0, expectedLastEventId: first.id }]);
+    t.equal(ok!.revision, 1);
+  });
+
   await t.test('countAfter: events after a position, in events (not position units), bounded', async (t) => {
     const before = await store.headPosition();
     const results = [];

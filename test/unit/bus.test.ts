@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { CommandBus, type RequestMeta } from '../../commands/bus.js';
 import { configDecider, configStream } from '../../domain/config/decider.js';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
+import type { EventStore, StreamAppend } from '../../infra/eventstore/port.js';
 
 const meta = (): RequestMeta => {
   const id = randomUUID();
@@ -129,3 +130,58 @@ t.test('a command that changes nothing, or is refused, is decided on the stream 
   t.equal(unchanged.position, deleted.position);
 });
 
+
+/** Another writer moves the stream by exactly one event: a command counted on to reach that revision fails, and the ones decided on it must not stand. */
+async function pipelinedOverAFailedAppend(t: Test, open: (file: string) => EventStore) {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const store = open(file);
+  const other = new EmbeddedEventStore(file); // a second API node on the same log
+  t.teardown(async () => { await store.close(); await other.close(); });
+  const bus = new CommandBus(store);
+  const stream = configStream('p');
+  const setKey = (key: string, value: unknown) => ({ type: 'SetConfigValue' as const, data: { project_id: 'p', key, value } });
+  await bus.handle(stream, configDecider, setKey('k', 1), meta()); // revision 0, cached
+  await other.append(stream, [{ id: randomUUID(), type: 'ConfigValueSet', data: { project_id: 'p', key: 'k', value: 'x', set_at: '' }, metadata: { correlation_id: 'o', causation_id: 'o', actor: 'o', occurred_at: '' } }], 0);
+  // Pipelined: j is decided on the stale cache (expects revision 0, fails), m on j's state (expects 1,
+  // which the other writer's event also is). m must be decided again, not committed on j's phantom state.
+  const [j, m] = await Promise.all([bus.handle(stream, configDecider, setKey('j', 1), meta()), bus.handle(stream, configDecider, setKey('m', 2), meta())]);
+  t.same([j.events.length, m.events.length], [1, 1]);
+  const log = (await store.readStream(stream)).map((e) => `${e.data.key}=${JSON.stringify(e.data.value)}`);
+  t.same(log.slice(0, 2), ['k=1', 'k="x"']);
+  t.same(log.slice(2).sort(), ['j=1', 'm=2'], 'both written after the other writer\'s event');
+  // The bus's state must be the log's: k is "x", so setting it to 1 is a change.
+  const k = await bus.handle(stream, configDecider, setKey('k', 1), meta());
+  t.equal(k.events.length, 1, 'k = 1 is appended, not lost to a cached state that never was');
+  t.same((await store.readStream(stream)).at(-1)!.data.value, 1);
+}
+
+t.test('a command pipelined behind an append that fails is decided again (the store checks the last event id)', (t) =>
+  pipelinedOverAFailedAppend(t, (file) => new EmbeddedEventStore(file)));
+
+t.test('the same, on a store that cannot check the last event id (as EventStoreDB): the second append waits for the first', (t) =>
+  pipelinedOverAFailedAppend(t, (file) => {
+    const store = new EmbeddedEventStore(file);
+    // The embedded log with its check turned off: appendAll ignores expectedLastEventId, as ESDB's does.
+    return Object.assign(Object.create(store) as EmbeddedEventStore, {
+      verifiesLastEventId: false,
+      appendAll: (appends: StreamAppend[]) => store.appendAll(appends.map(({ expectedLastEventId: _, ...rest }) => rest)),
+      close: () => store.close(),
+    });
+  }));
+
+t.test('handleAll: a step refused after another was decided leaves no trace of that decision in the cache', async (t) => {
+  const store = new EmbeddedEventStore(join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db'));
+  t.teardown(() => store.close());
+  const bus = new CommandBus(store);
+  const [a, b] = [configStream('pa'), configStream('pb')];
+  const setIn = (project: string, value: number) => ({ type: 'SetConfigValue' as const, data: { project_id: project, key: 'k', value } });
+  await bus.handle(a, configDecider, setIn('pa', 1), meta());
+  await t.rejects(bus.handleAll([
+    { stream: a, decider: configDecider, command: setIn('pa', 4) },
+    { stream: b, decider: configDecider, command: { type: 'DeleteConfigValue' as const, data: { project_id: 'pb', key: 'missing' } } },
+  ], meta()), { name: 'DomainError', kind: 'not_found' });
+  t.same((await store.readStream(a)).map((e) => e.data.value), [1], 'nothing appended');
+  const four = await bus.handle(a, configDecider, setIn('pa', 4), meta());
+  t.equal(four.events.length, 1, 'k = 4 is a change: the refused call\'s decision is not in the cached state');
+  t.same((await store.readStream(a)).map((e) => e.data.value), [1, 4]);
+});
