@@ -200,9 +200,15 @@ export class ProjectionRunner {
     this.progress.emit('position', position);
   }
 
-  /** Writes through the store one at a time, with the stored checkpoint as the expected one. */
-  private commit(position: number, fn: Parameters<ReadStore['applyBatch']>[3]): Promise<boolean> {
+  /**
+   * Writes through the store one at a time, with the stored checkpoint as the expected one. `position`
+   * may be decided when the write's turn comes (the idle checkpoint: a batch queued before it may store
+   * a later one); a checkpoint never moves back.
+   */
+  private commit(at: number | (() => number), fn: Parameters<ReadStore['applyBatch']>[3]): Promise<boolean> {
     const run = this.writes.then(async () => {
+      const position = typeof at === 'function' ? at() : at;
+      if (position <= this.stored) return true;
       const ok = await this.store.applyBatch(this.name, { position: this.stored, generation: this.generation }, position, fn);
       if (ok) this.stored = position;
       else {
@@ -227,7 +233,7 @@ export class ProjectionRunner {
 
   private async persist(): Promise<void> {
     if (this.position <= this.stored || this.moved) return;
-    await this.commit(this.position, async () => undefined).catch((error) => this.log?.warn({ err: error, projection: this.name }, 'could not store checkpoint'));
+    await this.commit(() => (this.moved ? this.stored : this.position), async () => undefined).catch((error) => this.log?.warn({ err: error, projection: this.name }, 'could not store checkpoint'));
   }
 
   /** Resolves once this projection has applied everything up to `position`; bounded by `timeoutMs`. */

@@ -1,0 +1,57 @@
+import t from 'tap';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
+import type { ReadStore } from '../../infra/readstore/port.js';
+import type { Projection } from '../../projections/projection.js';
+import { ProjectionRunner } from '../../projections/runner.js';
+
+const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: '2026-01-01T00:00:00.000Z' };
+const event = (type: string) => ({ id: randomUUID(), type, data: {}, metadata });
+
+t.test('the idle checkpoint, queued behind a slow batch commit, never moves the stored checkpoint back', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'cairn-runner-cp-'));
+  const events = new EmbeddedEventStore(join(dir, 'events.db'));
+  const reads = new EmbeddedReadStore(join(dir, 'readmodels.db'));
+  // The batch with documents is held after its commit (a slow MongoDB round trip) until the idle
+  // checkpoint of an earlier, ignored event has been taken and queued behind it.
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => { release = resolve; });
+  const stored: number[] = [];
+  const slow = new Proxy(reads, {
+    get(target, prop) {
+      if (prop === 'applyBatch') {
+        return async (...args: Parameters<ReadStore['applyBatch']>) => {
+          let documents = false;
+          const [name, expected, position, fn, rebuild] = args;
+          const ok = await target.applyBatch(name, expected, position, async (w) => fn({ ...w, put: async (...p: Parameters<typeof w.put>) => { documents = true; return w.put(...p); } }), rebuild);
+          stored.push(position);
+          if (documents) await held;
+          return ok;
+        };
+      }
+      const value = Reflect.get(target, prop, target) as unknown;
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  const projection: Projection = {
+    name: 'toy', collections: [{ name: 'toy_docs' }], canHandle: ['Wanted'],
+    async apply(e, w) { await w.put('toy_docs', { id: e.id }, e.position); },
+  };
+  const runner = new ProjectionRunner(projection, events, slow);
+  t.teardown(async () => { await reads.close(); await events.close(); rmSync(dir, { recursive: true, force: true }); });
+  await runner.start();
+  const ignored = await events.append('a', [event('Other')], 'no_stream'); // passed: its checkpoint is stored lazily
+  await runner.waitFor(ignored.position, 5000);
+  const wanted = await events.append('b', [event('Wanted')], 'no_stream'); // applied; its commit is held
+  // The idle checkpoint fires within a second of the first event and queues behind the held commit.
+  await new Promise((resolve) => setTimeout(resolve, 1300));
+  release();
+  await runner.waitFor(wanted.position, 5000);
+  await runner.stop(); // drains the queued writes
+  t.equal((await reads.checkpoint('toy')).position, wanted.position, 'the stored checkpoint is the applied one');
+  t.same(stored, [wanted.position], 'the idle checkpoint found nothing left to store');
+});
