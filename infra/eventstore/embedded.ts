@@ -235,8 +235,9 @@ export class EmbeddedEventStore implements EventStore {
       params.push(...filter.types);
     }
     if (filter.streamPrefixes) {
-      where.push(`(${filter.streamPrefixes.map(() => 'substr(stream, 1, ?) = ?').join(' OR ')})`);
-      for (const p of filter.streamPrefixes) params.push(p.length, p);
+      // SQLite's substr and length count characters, not UTF-16 units as String.length does.
+      where.push(`(${filter.streamPrefixes.map(() => 'substr(stream, 1, length(?)) = ?').join(' OR ')})`);
+      for (const p of filter.streamPrefixes) params.push(p, p);
     }
     params.push(limit);
     const sql = `SELECT ${COLUMNS} FROM events WHERE ${where.join(' AND ')} ORDER BY position LIMIT ?`;
@@ -352,9 +353,9 @@ export class EmbeddedEventStore implements EventStore {
 
   async listStreams(options: { prefix?: string; limit?: number; after?: string } = {}): Promise<StreamInfo[]> {
     const prefix = options.prefix ?? '';
-    const rows = this.db.prepare<[number, string, string, number], StreamRow>(
-      'SELECT * FROM streams WHERE substr(name, 1, ?) = ? AND name > ? ORDER BY name LIMIT ?',
-    ).all(prefix.length, prefix, options.after ?? '', options.limit ?? 100);
+    const rows = this.db.prepare<[string, string, string, number], StreamRow>(
+      'SELECT * FROM streams WHERE substr(name, 1, length(?)) = ? AND name > ? ORDER BY name LIMIT ?',
+    ).all(prefix, prefix, options.after ?? '', options.limit ?? 100);
     return rows.map(toStreamInfo);
   }
 

@@ -240,6 +240,20 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.equal(await store.headPosition(), last.position);
   });
 
+  await t.test('stream prefixes outside the Basic Multilingual Plane (two UTF-16 units a character)', async (t) => {
+    const from = await store.headPosition();
+    const p = s('🐻-');
+    const bear = newEvent('Alpha', {});
+    await store.append(`${p}x`, [bear], 'no_stream');
+    await store.append(s('🐻'), [newEvent('Alpha', {})], 'no_stream'); // shorter: not under the prefix
+    t.same(ids(await store.readAll(from, { filter: { streamPrefixes: [p] } })), ids([bear]), 'readAll by prefix');
+    const listed = await eventually(async () => {
+      const list = await store.listStreams({ prefix: p });
+      return list.length === 1 ? list : undefined;
+    });
+    t.same(listed.map((i) => i.stream), [`${p}x`], 'listStreams by prefix');
+  });
+
   await t.test('listStreams and streamInfo', async (t) => {
     const p = s('ls-');
     await store.append(`${p}b`, [newEvent('Alpha', {})], 'no_stream');
