@@ -117,8 +117,16 @@ function loadProviders(env: NodeJS.ProcessEnv): ProvidersConfig {
   };
 }
 
+/** MEMORY_ALLOWED_HOSTS: unset or empty checks no Host; a list that names no host (",") is a configuration error, not "no check". */
+function allowedHosts(env: NodeJS.ProcessEnv): string[] | undefined {
+  const value = optional(env.MEMORY_ALLOWED_HOSTS);
+  if (value === undefined) return undefined;
+  const hosts = value.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean);
+  if (hosts.length === 0) throw new Error(`MEMORY_ALLOWED_HOSTS is set but names no host (${JSON.stringify(value)}); unset it to accept any Host`);
+  return hosts;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
-  const allowedHosts = optional(env.MEMORY_ALLOWED_HOSTS);
   return {
     host: optional(env.HOST) ?? '127.0.0.1',
     port: int('PORT', 8080, env),
@@ -139,7 +147,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     projectionsNice: bounded('PROJECTIONS_NICE', 10, 0, 19, env),
     memory: {
       ownerToken: ownerToken(env),
-      allowedHosts: allowedHosts?.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean),
+      allowedHosts: allowedHosts(env),
     },
     logLevel: optional(env.LOG_LEVEL) ?? 'info',
     providers: loadProviders(env),

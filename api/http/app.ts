@@ -87,11 +87,12 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     };
     ctx.state.meta = meta;
     try {
+      // Browsers are refused before anything of their request is looked at.
+      const rejected = options.guard(ctx);
+      if (rejected) throw forbidden(rejected);
       if (idempotencyKey && (idempotencyKey.length > 255 || /[^\x21-\x7e]/.test(idempotencyKey))) {
         throw badRequest('invalid Idempotency-Key', [{ location: 'header.Idempotency-Key', message: 'must be 1-255 visible ASCII characters' }]);
       }
-      const rejected = options.guard(ctx);
-      if (rejected) throw forbidden(rejected);
       await next();
     } catch (error) {
       const problem = toProblemError(error);

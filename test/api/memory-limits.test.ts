@@ -249,6 +249,21 @@ t.test('owner token, browser and host guard', async (t) => {
     t.match(res.headers.get('content-type'), /problem\+json/);
   }
   t.equal((await send(app, 'POST', '/v1/search', { json: { scope, query: 'x' }, headers: { Origin: 'http://localhost' } })).status, 403, 'Origin refused without a host list too');
+  // A page on a DNS-rebound name framing the export is same-origin with it: still a browser. Sent with
+  // node:http, which sends the headers as given (fetch would put its own Sec-Fetch-Mode: cors in).
+  const exportWith = (headers: Record<string, string>) => new Promise<number>((resolve, reject) => {
+    const url = new URL(app.memoryUrl);
+    const req = request({ host: url.hostname, port: url.port, path: `/v1/export?agent=${scope.agent}&user=${scope.user}`, headers }, (res) => {
+      res.resume();
+      resolve(res.statusCode!);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+  t.equal(await exportWith({}), 200, 'a backend\'s request');
+  t.equal(await exportWith({ 'Sec-Fetch-Site': 'same-origin', 'Sec-Fetch-Mode': 'navigate', 'Sec-Fetch-Dest': 'iframe' }), 403,
+    'same-origin navigation (DNS rebinding) refused without a host list');
+  t.equal(await exportWith({ 'Sec-Fetch-Site': 'none', 'Sec-Fetch-Mode': 'navigate' }), 403, 'a typed address');
 
   const viaHost = (host: string) => new Promise<number>((resolve, reject) => {
     const url = new URL(guarded.memoryUrl);

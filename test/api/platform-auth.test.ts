@@ -1,4 +1,5 @@
 import t from 'tap';
+import { request } from 'node:http';
 import { SignJWT, UnsecuredJWT } from 'jose';
 import { apiKeyStream } from '../../domain/apikeys/decider.js';
 import { bearer, projectWithKey, sessionToken, startTestCairn } from '../support/cairn.js';
@@ -157,6 +158,22 @@ t.test('browser requests are refused, backend fetch is not', async (t) => {
     t.equal(res.headers.get('content-type'), 'application/problem+json');
   }
   t.equal((await app.platform('/healthz', { headers: { Origin: 'https://x.example' } })).status, 403, 'also on public routes');
+  // Navigations carry Sec-Fetch-Site too (same-origin on a DNS-rebound name, none for a typed address).
+  // Sent with node:http, which sends the headers as given (fetch puts its own Sec-Fetch-Mode: cors in).
+  const agentsWith = (headers: Record<string, string>) => new Promise<number>((resolve, reject) => {
+    const url = new URL(app.platformUrl);
+    const req = request({ host: url.hostname, port: url.port, path: '/api/v1/agents', headers: { ...bearer(key), ...headers } }, (res) => {
+      res.resume();
+      resolve(res.statusCode!);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+  t.equal(await agentsWith({}), 200, 'a backend\'s request');
+  t.equal(await agentsWith({ 'Sec-Fetch-Site': 'same-origin', 'Sec-Fetch-Mode': 'navigate' }), 403, 'same-origin navigation');
+  t.equal(await agentsWith({ 'Sec-Fetch-Site': 'none', 'Sec-Fetch-Mode': 'navigate' }), 403, 'a typed address');
+  t.equal(await agentsWith({ Origin: '' }), 403, 'an empty Origin header is still one');
+  t.equal(await agentsWith({ Origin: 'https://evil.example', 'Idempotency-Key': 'has space' }), 403, 'refused before its other headers are read');
 });
 
 t.test('project creation', async (t) => {

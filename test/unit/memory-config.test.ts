@@ -30,6 +30,14 @@ t.test('whitespace inside: refused (no "Authorization: Bearer" header could carr
   t.throws(() => token('tab\there'), /MEMORY_OWNER_TOKEN must not contain whitespace/);
 });
 
+t.test('MEMORY_ALLOWED_HOSTS: a list that names no host is refused, never silently no Host check', async (t) => {
+  const hosts = (value?: string) => loadConfig(value === undefined ? {} : { MEMORY_ALLOWED_HOSTS: value }).memory.allowedHosts;
+  t.equal(hosts(), undefined, 'unset: no Host check');
+  t.equal(hosts(''), undefined, 'empty: no Host check');
+  t.same(hosts(' Memory.Internal , memory.internal:8081 ,'), ['memory.internal', 'memory.internal:8081'], 'trimmed, lower case, empty items dropped');
+  for (const none of [',', ' , ', ',,']) t.throws(() => hosts(none), /MEMORY_ALLOWED_HOSTS is set but names no host/, JSON.stringify(none));
+});
+
 t.test('the server refuses to start with a blank token, naming the setting', async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-config-'));
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
