@@ -204,5 +204,31 @@ export async function readJsonBody(ctx: Koa.Context, types: string[] = ['applica
   }
   const text = (ctx.request as { rawBody?: string }).rawBody;
   if (text === undefined || text.trim() === '') throw badRequest('request body is required');
+  const depth = nestingDepth(ctx.request.body, MAX_JSON_DEPTH);
+  if (depth > MAX_JSON_DEPTH) {
+    throw badRequest(`JSON nested more than ${MAX_JSON_DEPTH} levels deep`, [{ location: 'body', message: `must be nested at most ${MAX_JSON_DEPTH} levels deep (arrays and objects)` }]);
+  }
   return ctx.request.body;
+}
+
+/**
+ * How deeply bodies may nest arrays and objects. Deeper values are no one's data, and past it they break
+ * what handles them later: stack overflows in hashing and serialising, and SQLite's JSON functions
+ * (used by the read models) refuse documents nested 1,000 levels deep, which would stop a projection.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/** The nesting depth of a JSON value (a scalar is 0, `[]` is 1), counted without recursion and only up to `limit` + 1. */
+export function nestingDepth(value: unknown, limit: number): number {
+  let deepest = 0;
+  const stack: Array<[unknown, number]> = [[value, 0]];
+  while (stack.length > 0) {
+    const [current, depth] = stack.pop()!;
+    if (current === null || typeof current !== 'object') continue;
+    const level = depth + 1;
+    if (level > deepest) deepest = level;
+    if (level > limit) return level;
+    for (const child of Array.isArray(current) ? current : Object.values(current)) if (child !== null && typeof child === 'object') stack.push([child, level]);
+  }
+  return deepest;
 }

@@ -32,6 +32,28 @@ t.test('any JSON value round-trips, read-your-writes through X-Min-Position', as
   t.same(await all.json(), Object.fromEntries(values));
 });
 
+t.test('values nest at most 64 levels deep: exactly 64 is stored and projected, 65 and far deeper are 400', async (t) => {
+  const nested = (depth: number) => '['.repeat(depth) + ']'.repeat(depth);
+  const raw = (k: string, body: string) => app.platform(path(k), { method: 'PUT', headers: { ...auth, 'Content-Type': 'application/json' }, body });
+  const ok = await raw('deep64', nested(64));
+  t.equal(ok.status, 200);
+  const read = await app.platform(path('deep64'), { headers: { ...auth, 'X-Min-Position': ok.headers.get('x-event-position')! } });
+  t.equal(read.status, 200, 'the read model applied it');
+  t.equal(JSON.stringify(await read.json()), nested(64));
+  for (const depth of [65, 100_000]) {
+    const res = await raw(`deep${depth}`, nested(depth));
+    t.equal(res.status, 400, `${depth} levels`);
+    t.equal(res.headers.get('content-type'), 'application/problem+json');
+    t.match(await res.json(), { status: 400, errors: [{ location: 'body', message: /at most 64 levels/ }] });
+  }
+  const agents = await app.platform('/agents', { method: 'POST', headers: { ...auth, 'Content-Type': 'application/json' }, body: `{"name":${nested(100_000)}}` });
+  t.equal(agents.status, 400, 'on every JSON body');
+  t.equal(agents.headers.get('content-type'), 'application/problem+json');
+  // Nothing deep reached the log: the read model keeps up with a later write.
+  const after = await put('after-deep', 1);
+  t.equal((await app.platform(path('after-deep'), { headers: { ...auth, 'X-Min-Position': after.position! } })).status, 200);
+});
+
 t.test('delete', async (t) => {
   const { position } = await put('gone', 1);
   const del = await app.platform(path('gone'), { method: 'DELETE', headers: auth });

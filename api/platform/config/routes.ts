@@ -39,7 +39,7 @@ export function configRoutes(deps: PlatformDeps): RouteDef[] {
     }),
     route({
       method: 'PUT', path: '/projects/:projectId/config/:key', operationId: 'setProjectConfigValue', tag: 'Project configuration',
-      auth: ['key'], scope: 'config:write', summary: 'Set a configuration value (any JSON value, up to 1 MiB)',
+      auth: ['key'], scope: 'config:write', summary: 'Set a configuration value (any JSON value, up to 1 MiB, nested at most 64 levels deep)',
       params: ConfigKeyParams, body: ConfigValue,
       responses: { 200: { description: 'stored', schema: Success } },
       errors: [400, 401, 403, 404],
