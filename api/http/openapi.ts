@@ -66,8 +66,8 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
     const params = [...parameters(r.params, 'path'), ...parameters(r.query, 'query')];
     if (r.readModels) {
       params.push(
-        { name: 'X-Min-Position', in: 'header' as never, required: false, description: 'Wait (bounded) until the read model has applied this log position (from X-Event-Position)', schema: { type: 'string', pattern: '^[0-9]+$' } as never },
-        { name: 'min_position', in: 'query', required: false, description: 'Same as X-Min-Position', schema: { type: 'string', pattern: '^[0-9]+$' } as never },
+        { name: 'X-Min-Position', in: 'header' as never, required: false, description: 'Wait (bounded) until the read model has applied this log position (from X-Event-Position)', schema: { type: 'string', pattern: '^[0-9]{1,16}$' } as never },
+        { name: 'min_position', in: 'query', required: false, description: 'Same as X-Min-Position', schema: { type: 'string', pattern: '^[0-9]{1,16}$' } as never },
       );
     }
     params.push({ name: 'X-Request-Id', in: 'header' as never, required: false, description: 'Correlation id; echoed back and recorded on every event the request appends', schema: { type: 'string', maxLength: 128 } as never });

@@ -62,8 +62,24 @@ function repeatable(meta: RequestMeta, operation: MemoryCommand['type'], ...part
 
 const sessionOf = (session: string | null | undefined) => (session === undefined || session === null || session === '' ? null : session);
 
+/**
+ * Free text must be well-formed Unicode. Hashing and UTF-8 turn an unpaired surrogate into U+FFFD, so
+ * "note \ud800" would be the memory of "note \ufffd" and be answered with a text that was never stored.
+ * (String.prototype.isWellFormed does the same, but is not in the ES2022 library we compile against.)
+ */
+function wellFormed(location: string, value: string | null | undefined): ProblemFieldError | undefined {
+  const lone = typeof value === 'string' ? /\p{Surrogate}/u.exec(value) : null;
+  if (!lone) return undefined;
+  const code = `U+${lone[0].charCodeAt(0).toString(16).toUpperCase()}`;
+  return { location, message: 'must be well-formed Unicode (no unpaired surrogates)', value: `${code} at UTF-16 offset ${lone.index}` };
+}
+
 function checkText(location: string, value: string, max: number) {
-  return [nonBlank(location, value), byteLimit(location, value, max)];
+  return [nonBlank(location, value), byteLimit(location, value, max), wellFormed(location, value)];
+}
+
+function checkSession(value: string | null | undefined) {
+  return [byteLimit('body.session', value ?? undefined, MAX_SESSION_BYTES), wellFormed('body.session', value)];
 }
 
 /** Stored texts are NFC-normalised, which can lengthen them (U+0958 is 3 bytes, its NFC form 6): the stored form must fit too. */
@@ -113,7 +129,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       responses: { 200: { description: 'the stored memory', schema: MemoryView } },
       errors: WRITE_ERRORS,
       async handler({ body, meta }) {
-        check(...checkText('body.text', body.text, MAX_TEXT_BYTES), byteLimit('body.session', body.session ?? undefined, MAX_SESSION_BYTES));
+        check(...checkText('body.text', body.text, MAX_TEXT_BYTES), ...checkSession(body.session));
         const { agent, user } = body.scope;
         const text = normalizeText(body.text);
         check(normalizedLimit('body.text', body.text, text, MAX_TEXT_BYTES));
@@ -183,7 +199,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
       errors: [...WRITE_ERRORS, 503],
       async handler({ body, meta, log }) {
-        check(...checkText('body.text', body.text, MAX_TEXT_BYTES), byteLimit('body.session', body.session ?? undefined, MAX_SESSION_BYTES));
+        check(...checkText('body.text', body.text, MAX_TEXT_BYTES), ...checkSession(body.session));
         const chat = deps.chat;
         if (!chat) throw llmNotConfigured('ingest');
         const { agent, user } = body.scope;

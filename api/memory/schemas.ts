@@ -11,9 +11,9 @@ const MemoryId = Type.String({
   pattern: MEMORY_ID_PATTERN,
   description: '1-128 ASCII letters, digits, `_`, `.`, `:`, `-`. Given: updates that memory in the scope, or creates it with this id. Omitted: derived from the trimmed text (`m_` + 32 hex digits), so the same text is one memory.',
 });
-const Text = (what: string, max: number) => Type.String({ maxLength: max, description: `${what}: not empty after trimming, at most ${max.toLocaleString('en-US')} bytes (UTF-8)` });
+const Text = (what: string, max: number) => Type.String({ maxLength: max, description: `${what}: not empty after trimming, at most ${max.toLocaleString('en-US')} bytes (UTF-8), well-formed Unicode (no unpaired surrogates)` });
 const Session = (more: string) => Type.Union([Type.String({ maxLength: MAX_SESSION_BYTES }), Type.Null()], {
-  description: `optional provenance label, at most ${MAX_SESSION_BYTES} bytes; "" and null mean none. ${more}`,
+  description: `optional provenance label, at most ${MAX_SESSION_BYTES} bytes, well-formed Unicode; "" and null mean none. ${more}`,
 });
 
 export const Scope = Type.Object({ agent: ScopeId, user: ScopeId }, { additionalProperties: false, description: 'agent and user namespaces' });

@@ -25,6 +25,12 @@ function is400(t: Test, res: Awaited<ReturnType<typeof send>>, where: RegExp | s
   t.match(JSON.stringify(res.body), where, `${what}: names the problem`);
 }
 
+/** Asserts a 400 problem naming `location` as not well-formed Unicode. */
+function isIllFormed(t: Test, res: Awaited<ReturnType<typeof send>>, location: string, what: string) {
+  is400(t, res, location, what);
+  t.match(res.body.errors, [{ location, message: /well-formed Unicode/ }], `${what}: the field and the reason`);
+}
+
 t.test('scope ids: 1-128 of [A-Za-z0-9_.-], in the body for POST/PUT and the query for GET/DELETE', async (t) => {
   const id128 = 'a'.repeat(127) + '.';
   const id129 = 'a'.repeat(129);
@@ -97,6 +103,31 @@ t.test('query: non-empty, at most 8,192 bytes; same rules on search, context and
   is400(t, await post('/v1/chat', { scope, query: `${q8192}.` }), 'body.query', 'chat: 8,193 bytes');
   is400(t, await post('/v1/chat', { scope, query: '' }), 'body.query', 'chat: empty');
   is400(t, await post('/v1/chat', { scope, query: ' \n\t ' }), /body\.query.*empty/, 'chat: whitespace only');
+});
+
+t.test('free text: well-formed Unicode only (no unpaired surrogates), on every endpoint that takes it', async (t) => {
+  const { status, body } = await post('/v1/memories', { scope, text: 'note \ufffd' });
+  t.equal(status, 200, 'U+FFFD itself is a character like any other');
+  t.equal(body.text, 'note \ufffd');
+  // Hashed, a lone surrogate becomes U+FFFD: this would be the memory above, answered with a text never stored.
+  isIllFormed(t, await post('/v1/memories', { scope, text: 'note \ud800' }), 'body.text', 'text: lone high surrogate');
+  isIllFormed(t, await post('/v1/memories', { scope, text: '\udc00 note' }), 'body.text', 'text: lone low surrogate');
+  isIllFormed(t, await post('/v1/memories', { scope, text: 'a \udc00\ud800 pair in the wrong order' }), 'body.text', 'text: reversed pair');
+  t.equal((await post('/v1/memories', { scope, text: 'a bear 🐻' })).body.text, 'a bear 🐻', 'text: an astral character (a proper pair) passes');
+
+  isIllFormed(t, await post('/v1/memories', { scope, text: 'x', session: 'chat \ud83d' }), 'body.session', 'store: session');
+  t.equal((await post('/v1/memories', { scope, text: 'x', session: 'chat 🐻' })).body.session, 'chat 🐻', 'store: astral session passes');
+  isIllFormed(t, await post('/v1/ingest', { scope, text: 'x \ud800' }), 'body.text', 'ingest: text');
+  isIllFormed(t, await post('/v1/ingest', { scope, text: 'x', session: '\udfff' }), 'body.session', 'ingest: session');
+
+  for (const path of ['/v1/search', '/v1/context', '/v1/chat']) {
+    isIllFormed(t, await post(path, { scope, query: 'bear \ud83d' }), 'body.query', `${path}: query`);
+  }
+  for (const path of ['/v1/search', '/v1/context']) t.equal((await post(path, { scope, query: 'bear 🐻' })).status, 200, `${path}: astral query passes`);
+
+  const personality = (text: string) => send(app, 'PUT', '/v1/personality', { json: { scope, personality: text } });
+  isIllFormed(t, await personality('calm \udc00'), 'body.personality', 'personality');
+  t.equal((await personality('calm 🐻')).body.personality, 'calm 🐻', 'astral personality passes');
 });
 
 t.test('limit: integer 1-100', async (t) => {

@@ -11,8 +11,8 @@ let n = 0;
 const freshScope = () => ({ agent: `agent-${++n}`, user: `user.${n}` });
 type Scope = { agent: string; user: string };
 
-async function call(a: TestCairn, method: string, path: string, json?: unknown) {
-  const res = await a.memory(path, { method, json });
+async function call(a: TestCairn, method: string, path: string, json?: unknown, headers: Record<string, string> = {}) {
+  const res = await a.memory(path, { method, json, headers });
   const text = await res.text();
   return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : undefined };
 }
@@ -174,12 +174,25 @@ t.test('reads are consistent: a search right after a store (no waiting) sees it'
   t.equal((await search(scope, 'giraffe', { limit: 100 })).body.results.length, 30);
 });
 
-t.test('X-Min-Position is honoured on reads', async (t) => {
+t.test('X-Min-Position and min_position: a read waits for that position, bounded by CONSISTENCY_TIMEOUT_MS', async (t) => {
+  // Reads wait for the log's head anyway: only a position past it shows that the token is honoured.
+  const quick = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '300' });
+  t.teardown(() => quick.stop());
   const scope = freshScope();
-  const stored = await store(scope, 'consistency token test');
-  const res = await app.memory('/v1/search', { method: 'POST', json: { scope, query: 'token' }, headers: { 'X-Min-Position': stored.headers.get('x-event-position')! } });
-  t.equal(res.status, 200);
-  t.equal((await res.json()).results.length, 1);
+  const position = Number((await call(quick, 'POST', '/v1/memories', { scope, text: 'consistency token test' })).headers.get('x-event-position'));
+  const searchWith = (headers: Record<string, string>, query = '') => call(quick, 'POST', `/v1/search${query}`, { scope, query: 'token' }, headers);
+
+  const reached = await searchWith({ 'X-Min-Position': String(position) });
+  t.equal(reached.status, 200);
+  t.equal(reached.body.results.length, 1, 'sees the write at that position');
+  for (const [how, res] of [
+    ['header', await searchWith({ 'X-Min-Position': String(position + 1000) })],
+    ['query', await searchWith({}, `?min_position=${position + 1000}`)],
+  ] as const) {
+    t.equal(res.status, 503, `${how}: a position the read model cannot reach in time`);
+    t.match(res.headers.get('content-type'), /^application\/problem\+json/, `${how}: problem+json`);
+    t.equal(res.headers.get('retry-after'), '1', `${how}: Retry-After`);
+  }
 });
 
 t.test('PUT /v1/personality and POST /v1/context', async (t) => {
@@ -310,6 +323,21 @@ t.test('OpenAPI lists every memory operation with its schemas', async (t) => {
     t.notOk(params(doc.paths[query].post).includes('Idempotency-Key'), `${query}: no Idempotency-Key`);
     t.notOk(doc.paths[query].post.responses['200'].headers, `${query}: no X-Event-Position`);
     t.ok(params(doc.paths[query].post).includes('X-Min-Position'), `${query}: X-Min-Position`);
+  }
+  // The consistency token's documented pattern is the one the server enforces, at its edge: 16 digits.
+  const tokens = doc.paths['/v1/search'].post.parameters.filter((p: { name: string }) => p.name === 'X-Min-Position' || p.name === 'min_position');
+  t.same(tokens.map((p: { schema: { pattern: string } }) => p.schema.pattern), ['^[0-9]{1,16}$', '^[0-9]{1,16}$']);
+  const documented = new RegExp(tokens[0].schema.pattern);
+  for (const token of ['0'.repeat(15) + '1', '0'.repeat(16) + '1']) {
+    const valid = documented.test(token);
+    t.equal(valid, token.length <= 16, `${token.length} digits: ${valid ? 'documented valid' : 'documented invalid'}`);
+    for (const [location, res] of [
+      ['header.X-Min-Position', await call(app, 'POST', '/v1/search', { scope: freshScope(), query: 'x' }, { 'X-Min-Position': token })],
+      ['query.min_position', await call(app, 'POST', `/v1/search?min_position=${token}`, { scope: freshScope(), query: 'x' })],
+    ] as const) {
+      t.equal(res.status, valid ? 200 : 400, `${location}, ${token.length} digits: as documented`);
+      if (!valid) t.match(res.body, { errors: [{ location }] }, `${location}: the problem names it`);
+    }
   }
   t.ok(params(doc.paths['/v1/memories'].post).includes('Idempotency-Key'));
   t.ok(doc.paths['/v1/memories'].post.responses['200'].headers['X-Event-Position']);
