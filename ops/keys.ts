@@ -27,21 +27,23 @@ export function keyCommands(program: Command): void {
       withStores(async ({ events }) => {
         if (opts.scopes?.length === 0) throw new OpsError('--scopes must name at least one scope');
         validateAsApi(CreateApiKeyBody, { name: opts.name, ...(opts.scopes ? { scopes: opts.scopes } : {}) }, { name: '--name', scopes: '--scopes' });
-        const project = await loadProject(events, opts.project);
+        // Project ids are lower-case UUIDs; the API accepts them in any case (RFC 9562), and so does this.
+        const projectId = opts.project.toLowerCase();
+        const project = await loadProject(events, projectId);
         const keyId = randomUUID();
         const { key, prefix, hash } = generateApiKey();
         const data = {
-          key_id: keyId, project_id: opts.project, tenant_id: project.tenant_id, name: opts.name,
+          key_id: keyId, project_id: projectId, tenant_id: project.tenant_id, name: opts.name,
           key_prefix: prefix, key_hash: hash, scopes: opts.scopes ?? ['*'], expires_at: opts.expiresAt ?? null,
         };
         const result = await new CommandBus(events).handle(apiKeyStream(keyId), apiKeyDecider, { type: 'CreateApiKey', data },
-          opsRequestMeta({ project_id: opts.project, tenant_id: project.tenant_id }));
+          opsRequestMeta({ project_id: projectId, tenant_id: project.tenant_id }));
         // The key goes to stdout once and nowhere else: the log holds only its hash.
         if (opts.json) {
           printJson({ key, key_id: keyId, project_id: data.project_id, key_prefix: prefix, scopes: data.scopes, expires_at: data.expires_at, position: result.position });
         } else {
           process.stdout.write(`${key}\n`);
-          notice(`key ${keyId} created for project ${opts.project} (scopes ${data.scopes.join(',')}, position ${result.position})`);
+          notice(`key ${keyId} created for project ${projectId} (scopes ${data.scopes.join(',')}, position ${result.position})`);
         }
         notice('warning: this key is not stored and cannot be shown again; keep it now.');
       }));

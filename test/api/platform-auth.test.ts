@@ -82,6 +82,9 @@ t.test('API keys: shape, shown once, stored as a hash, scoped, revocable, expiri
   const past = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { expires_at: new Date(now - 1).toISOString() } });
   t.equal(past.status, 400);
   t.match(await past.json(), { errors: [{ location: 'body.expires_at' }] });
+  const leap = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { expires_at: '2030-12-31T23:59:60Z' } });
+  t.equal(leap.status, 400, 'a leap second (valid RFC 3339, not a JavaScript date) is a 400, not a 500');
+  t.match(await leap.json(), { errors: [{ location: 'body.expires_at', message: /leap second/ }] });
   const badScope = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { scopes: ['root'] } });
   t.equal(badScope.status, 400);
   const unknown = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { admin: true } });

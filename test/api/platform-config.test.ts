@@ -76,6 +76,14 @@ t.test('keys: 256 characters of the allowed set', async (t) => {
   t.equal((await put('app.theme:dark-mode_v2', 1)).res.status, 200);
 });
 
+t.test('a key named __proto__ is an entry of the map like any other', async (t) => {
+  const { position } = await put('__proto__', { polluted: true });
+  const all = await app.platform(path(), { headers: { ...auth, 'X-Min-Position': position! } });
+  const text = await all.text();
+  t.match(text, /"__proto__":\{"polluted":true\}/, 'listed');
+  t.same((await (await app.platform(path('__proto__'), { headers: auth })).json()), { polluted: true });
+});
+
 t.test('bodies: JSON only, 1 MiB, one value', async (t) => {
   const raw = (body: string, type = 'application/json') => app.platform(path('raw'), { method: 'PUT', headers: { ...auth, 'Content-Type': type }, body });
   // A JSON string whose encoding is exactly 1 MiB, then one byte more.

@@ -222,4 +222,9 @@ t.test('operator workflow on one data dir', async (t) => {
     t.match(await reads.checkpoint('projects'), { generation: rebuilt.generation, position: second.position });
     t.same((await liveDocs('projects')).map((d) => d.name).sort(), ['Demo', 'Second']);
   });
+  // Last: the subtests above count the log's events.
+  await t.test('keys create takes the project id in any case, as the API does', async (t) => {
+    const created = await opsJson<{ project_id: string }>('keys', 'create', '--project', project.project_id.toUpperCase(), '--json');
+    t.equal(created.project_id, project.project_id, 'stored lower-case');
+  });
 });

@@ -17,7 +17,8 @@ export function configRoutes(deps: PlatformDeps): RouteDef[] {
       errors: [400, 401, 403, 404, 503],
       async handler({ params, principal }) {
         await requireProject(deps, principal, params.projectId);
-        const config: Record<string, unknown> = {};
+        // No prototype: a key named __proto__ is an entry like any other, not the object's prototype.
+        const config: Record<string, unknown> = Object.create(null);
         for await (const doc of findAll<ConfigValueDoc>(deps.reads, 'config_values', { where: { project_id: params.projectId }, sort: { field: 'key', order: 'asc' } })) {
           config[doc.key] = doc.value;
         }

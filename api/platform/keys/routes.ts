@@ -38,15 +38,18 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       async handler({ params, body, principal, meta }) {
         const project = await requireProject(deps, principal, params.projectId);
         const expiresAt = body.expires_at ?? null;
-        check(expiresAt !== null && Date.parse(expiresAt) <= clock().getTime()
-          ? { location: 'body.expires_at', message: 'must be in the future', value: expiresAt } : undefined);
+        // RFC 3339 allows second 60 (a leap second), which JavaScript dates cannot hold.
+        const expiry = expiresAt === null ? null : Date.parse(expiresAt);
+        check(expiry !== null && Number.isNaN(expiry)
+          ? { location: 'body.expires_at', message: 'must be a date-time JavaScript can represent (second 60, a leap second, is not)', value: expiresAt }
+          : expiry !== null && expiry <= clock().getTime() ? { location: 'body.expires_at', message: 'must be in the future', value: expiresAt } : undefined);
         // With an Idempotency-Key the retried request targets the same key stream; its secret cannot be
         // shown twice, so a replay answers 409 rather than handing out a key that was never stored.
         const keyId = meta.request_key.startsWith('idem:') ? uuidv5(`${project.project_id}/${meta.request_key}`, KEY_ID_NAMESPACE) : randomUUID();
         const { key, prefix, hash } = generateApiKey();
         const data = {
           key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name?.trim() || 'default',
-          key_prefix: prefix, key_hash: hash, scopes: body.scopes ?? ['*'], expires_at: expiresAt ? new Date(expiresAt).toISOString() : null,
+          key_prefix: prefix, key_hash: hash, scopes: body.scopes ?? ['*'], expires_at: expiry !== null ? new Date(expiry).toISOString() : null,
         };
         const replayed = () => new ProblemError(409, 'idempotency-replay', 'this Idempotency-Key already created a key; its secret cannot be shown again');
         // The command carries the new secret's hash, so a repeat never matches the first request: it is
