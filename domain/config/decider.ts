@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { DomainError, type Decider, type DomainEvent } from '../shared/decider.js';
 
 export const configStream = (projectId: string) => `config-${projectId}`;
@@ -11,18 +12,39 @@ export type SetConfigValue = { type: 'SetConfigValue'; data: { project_id: strin
 export type DeleteConfigValue = { type: 'DeleteConfigValue'; data: { project_id: string; key: string } };
 export type ConfigCommand = SetConfigValue | DeleteConfigValue;
 
+/** How many requests sent with an Idempotency-Key a project's configuration remembers for repeats. */
+export const MAX_REMEMBERED_CONFIG_REQUESTS = 256;
+
+/** What a remembered request did (its command), so only a repeat of the same request is recognised. */
+type RememberedChange = { type: ConfigEvent['type']; key: string; valueHash?: string };
+/** SHA-256 of a value's JSON text: values reach 1 MiB, so remembered requests keep only this. */
+const valueHash = (value: unknown) => createHash('sha256').update(JSON.stringify(value)).digest('base64');
+
 /**
- * Keys present, with the JSON text of their value so an unchanged PUT appends nothing, and for each key
- * the request that last set or deleted it: a repeat of that request decides the same event again, which
- * the store recognises by its id and answers with the first one's position.
+ * Keys present, with the JSON text of their value so an unchanged PUT appends nothing; for each key the
+ * request that last set or deleted it; and the last requests sent with an Idempotency-Key (`idem:` request
+ * keys, at most MAX_REMEMBERED_CONFIG_REQUESTS, oldest forgotten first). A repeat of a remembered request
+ * decides the same event again, whatever happened since, which the store recognises by its id and answers
+ * with the first one's position.
  */
-export type ConfigState = { values: Map<string, string>; changedBy: Map<string, string> };
+export type ConfigState = { values: Map<string, string>; changedBy: Map<string, string>; requests: Map<string, RememberedChange> };
+
+const isRepeatable = (requestKey: string | undefined): requestKey is string => requestKey?.startsWith('idem:') === true;
+
+function rememberRequest(state: ConfigState, requestKey: string, change: RememberedChange): void {
+  state.requests.delete(requestKey);
+  state.requests.set(requestKey, change);
+  if (state.requests.size > MAX_REMEMBERED_CONFIG_REQUESTS) state.requests.delete(state.requests.keys().next().value!);
+}
 
 export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
-  initialState: () => ({ values: new Map(), changedBy: new Map() }),
+  initialState: () => ({ values: new Map(), changedBy: new Map(), requests: new Map() }),
   decide(command, state, ctx): ConfigEvent[] {
     const { key } = command.data;
-    const repeat = state.changedBy.get(key) === ctx.request_key;
+    const remembered = state.requests.get(ctx.request_key);
+    const repeat = state.changedBy.get(key) === ctx.request_key || (remembered !== undefined && remembered.key === key && (command.type === 'SetConfigValue'
+      ? remembered.type === 'ConfigValueSet' && remembered.valueHash === valueHash(command.data.value)
+      : remembered.type === 'ConfigValueDeleted'));
     switch (command.type) {
       case 'SetConfigValue':
         if (state.values.get(key) === JSON.stringify(command.data.value) && !repeat) return [];
@@ -42,8 +64,14 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
   evolve(state, event) {
     if (event.type === 'ConfigValueSet') state.values.set(event.data.key, JSON.stringify(event.data.value));
     else if (event.type === 'ConfigValueDeleted') state.values.delete(event.data.key);
-    if (event.data.request_key) state.changedBy.set(event.data.key, event.data.request_key);
+    const requestKey = event.data.request_key;
+    if (requestKey) state.changedBy.set(event.data.key, requestKey);
     else state.changedBy.delete(event.data.key);
-    return { values: state.values, changedBy: state.changedBy };
+    if (isRepeatable(requestKey)) {
+      rememberRequest(state, requestKey, event.type === 'ConfigValueSet'
+        ? { type: event.type, key: event.data.key, valueHash: valueHash(event.data.value) }
+        : { type: event.type, key: event.data.key });
+    }
+    return { values: state.values, changedBy: state.changedBy, requests: state.requests };
   },
 };

@@ -154,4 +154,19 @@ t.test('Idempotency-Key: a repeated PUT or DELETE answers with the first one\'s 
   const gone = await app.platform(path('idem'), { headers: { ...auth, 'X-Min-Position': deletedAgain.headers.get('x-event-position')! } });
   t.equal(gone.status, 404);
   t.equal((await call('DELETE', 'idem', 'delete-idem-0002')).status, 404, 'a new request to delete what is gone is still 404');
+
+  // Changed by others and changed back: the repeat still answers with its own first position.
+  const set = await call('PUT', 'back', 'put-idem-0002', 'same');
+  await put('back', 'different');
+  const again = await put('back', 'same');
+  const repeatBack = await call('PUT', 'back', 'put-idem-0002', 'same');
+  t.equal(repeatBack.headers.get('x-event-position'), set.headers.get('x-event-position'), 'not the position of the later, equal change');
+  t.not(repeatBack.headers.get('x-event-position'), again.position);
+  // Deleted, set again and deleted by others: the first deletion's repeat is neither a 404 nor a new deletion.
+  const del = await call('DELETE', 'back', 'delete-idem-0003');
+  await put('back', 'revived');
+  t.equal((await call('DELETE', 'back', 'delete-idem-0004')).status, 204);
+  const delAgain = await call('DELETE', 'back', 'delete-idem-0003');
+  t.equal(delAgain.status, 204);
+  t.equal(delAgain.headers.get('x-event-position'), del.headers.get('x-event-position'));
 });

@@ -1,7 +1,7 @@
 import t from 'tap';
 import { agentDecider, agentNameDecider, NEUTRAL_BIG5, type AgentCreated, type AgentNameReserved } from '../../domain/agents/decider.js';
 import { apiKeyDecider, type ApiKeyCreated, type ApiKeyEvent } from '../../domain/apikeys/decider.js';
-import { configDecider, type ConfigValueSet } from '../../domain/config/decider.js';
+import { configDecider, MAX_REMEMBERED_CONFIG_REQUESTS, type ConfigValueSet } from '../../domain/config/decider.js';
 import { projectDecider, type ProjectCreated } from '../../domain/projects/decider.js';
 import { deciderSpec, testContext } from '../support/decider-spec.js';
 
@@ -54,6 +54,23 @@ t.test('config', async (t) => {
   spec.given([setByOther]).when(del).then([deleted]);
   spec.given([setByOther, { ...deleted, data: { ...deleted.data, request_key: 'another-request' } }]).when(del).thenThrows('not_found');
   spec.given([setByOther, deleted]).when(del).then([deleted], 'a repeat of the deleting request is not a 404 but the same deletion again');
+
+  // Requests sent with an Idempotency-Key are remembered, so a repeat is recognised whatever happened since.
+  const idem = testContext({ request_key: 'idem:k1' });
+  const setIdem: ConfigValueSet = { ...set, data: { ...set.data, request_key: 'idem:k1' } };
+  const deletedIdem = { ...deleted, data: { ...deleted.data, request_key: 'idem:k1' } };
+  const deletedByOther = { ...deleted, data: { ...deleted.data, request_key: 'another-request' } };
+  spec.given([setIdem, { ...setByOther, data: { ...setByOther.data, value: 2 } }, setByOther]).when(put, idem)
+    .then([setIdem], 'the value was changed and changed back by others: the repeat is still recognised');
+  spec.given([setIdem, setByOther]).when({ ...put, data: { ...put.data, value: { x: 2 } } }, idem)
+    .then([{ ...setIdem, data: { ...setIdem.data, value: { x: 2 } } }], 'the same key with another value: a new change');
+  spec.given([setByOther, deletedIdem, setByOther, deletedByOther]).when(del, idem)
+    .then([deletedIdem], 'deleted, set again and deleted by others: the repeat of the first deletion is not a 404');
+  spec.given([setIdem, setByOther]).when(del, idem).then([deletedIdem], 'the same key for a deletion is a new change');
+  // At most MAX_REMEMBERED_CONFIG_REQUESTS are remembered: exactly that many later ones, and the first is still known; one more, and it is forgotten.
+  const others = (n: number): ConfigValueSet[] => Array.from({ length: n }, (_, i) => ({ ...set, data: { ...set.data, key: `k${i}`, request_key: `idem:other-${i}` } }));
+  spec.given([setIdem, ...others(MAX_REMEMBERED_CONFIG_REQUESTS - 1), setByOther]).when(put, idem).then([setIdem], `${MAX_REMEMBERED_CONFIG_REQUESTS} remembered`);
+  spec.given([setIdem, ...others(MAX_REMEMBERED_CONFIG_REQUESTS), setByOther]).when(put, idem).then([], 'one more: forgotten, and the value is already so');
 });
 
 t.test('agents and their names', async (t) => {
