@@ -100,6 +100,10 @@ t.test('Idempotency-Key', async (t) => {
   t.equal((await app.events.readStream(agentStream(first.body.agent_id))).length, 1, 'one event only');
   const different = await create({ name: 'Twice' }, a.key, headers);
   t.equal(different.res.status, 422);
+  await create({ name: 'Taken' });
+  const differentTaken = await create({ name: 'Taken' }, a.key, headers);
+  t.equal(differentTaken.res.status, 422, 'a different request with the key, whose name another agent holds: still 422, not 409');
+  t.equal(differentTaken.res.headers.get('content-type'), 'application/problem+json');
 });
 
 t.test('the name reservation and the agent commit together; of concurrent creations of one name exactly one wins', async (t) => {

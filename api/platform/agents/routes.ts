@@ -90,8 +90,14 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         try {
           results = await create(null);
         } catch (error) {
+          if (!(error instanceof DomainError && error.kind === 'conflict')) throw error;
+          // The agent id derives from the Idempotency-Key: if that agent exists, this key created it for
+          // another name (the same name would have been a replay). A different request with the key: 422.
+          if (meta.request_key.startsWith('idem:') && (await deps.events.streamInfo(agentStream(agentId)))) {
+            throw new DomainError('idempotency_mismatch', 'this Idempotency-Key was used for a different request');
+          }
           // Taken: unless its holder never got created (its creation failed after reserving), the name is in use.
-          const abandoned = error instanceof DomainError && error.kind === 'conflict' ? await abandonedHolder(deps, nameStream, clock) : null;
+          const abandoned = await abandonedHolder(deps, nameStream, clock);
           if (!abandoned) throw error;
           results = await create(abandoned);
         }
