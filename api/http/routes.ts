@@ -190,6 +190,9 @@ export async function readJsonBody(ctx: Koa.Context, types: string[] = ['applica
   if (!ctx.is(types)) {
     throw badRequest('Content-Type must be application/json', [{ location: 'header.Content-Type', message: 'must be application/json', value: ctx.get('Content-Type') || null }]);
   }
+  // Content codings are case-insensitive (RFC 9110 §8.4.1); the body parser knows only lower-case names.
+  const encoding = ctx.req.headers['content-encoding'];
+  if (encoding !== undefined) ctx.req.headers['content-encoding'] = encoding.toLowerCase();
   try {
     await parseJsonBody(ctx, nothing);
   } catch (error) {

@@ -207,6 +207,8 @@ t.test('bodies: gzip and deflate, the 1 MiB limit after decompression, prototype
   t.equal(gz.status, 200, 'gzip body');
   t.equal(gz.body.text, 'compressed on the wire');
   t.equal((await send(app, 'POST', '/v1/memories', { body: deflateSync(body), headers: headers('deflate') })).status, 200, 'deflate body');
+  t.equal((await send(app, 'POST', '/v1/memories', { body: gzipSync(body), headers: headers('GZip') })).status, 200, 'content codings are case-insensitive');
+  t.equal((await send(app, 'POST', '/v1/memories', { body: deflateSync(body), headers: headers('DEFLATE') })).status, 200);
   is400(t, await send(app, 'POST', '/v1/memories', { body, headers: headers('br-unknown') }), 'Content-Encoding', 'unknown encoding');
   is400(t, await send(app, 'POST', '/v1/memories', { body: Buffer.from(body), headers: headers('gzip') }), 'could not be read', 'not actually gzip');
 
