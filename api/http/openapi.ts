@@ -86,8 +86,9 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
       };
     }
     for (const status of r.errors) {
+      const scoped = status === 403 && r.scope !== undefined && r.auth.includes('key');
       responses[String(status)] = {
-        description: ERROR_TEXT[status] ?? 'Error',
+        description: scoped ? `${ERROR_TEXT[status]}, or an API key without the scope \`${r.scope}\` (nor \`*\`)` : ERROR_TEXT[status] ?? 'Error',
         content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
       };
     }
@@ -97,7 +98,9 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
       summary: r.summary,
       ...(r.description ? { description: r.description } : {}),
       tags: [r.tag],
-      security: r.auth.map((a) => ({ [SCHEME_NAMES[a]]: [] })),
+      // OpenAPI 3.1 lets any scheme's requirement name roles: an API key needs this scope (or `*`).
+      security: r.auth.map((a) => ({ [SCHEME_NAMES[a]]: a === 'key' && r.scope ? [r.scope] : [] })),
+      ...(r.scope && r.auth.includes('key') ? { 'x-required-scope': r.scope } : {}),
       parameters: params,
       ...(r.body ? { requestBody: { required: true, content: { 'application/json': { schema: r.body } } } } : {}),
       responses,

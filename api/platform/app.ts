@@ -29,7 +29,7 @@ export function createPlatformApp(deps: PlatformDeps, mounting: Mounting, config
       description: 'Agents with authored personality, project configuration, API keys and projects. Event-sourced: every command response carries X-Event-Position; queries accept X-Min-Position for read-your-writes.',
       basePath: '/api/v1',
       securitySchemes: {
-        key: { description: 'Project API key (`sk_…`), created with POST /projects/{projectId}/keys or `npm run ops -- keys create`' },
+        key: { description: 'Project API key (`sk_…`), created with POST /projects/{projectId}/keys or `npm run ops -- keys create`. A key carries scopes (`*` is every scope); the scope an operation needs is listed in its security requirement and in `x-required-scope`, and a key without it gets 403.' },
         session: { description: 'Dashboard session JWT (HS256 with AUTH_JWT_SECRET, or verified against AUTH_JWKS_URL)', bearerFormat: 'JWT' },
       },
     },

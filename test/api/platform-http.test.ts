@@ -79,16 +79,22 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   const create = doc.paths['/api/v1/agents'].post;
   t.match(create.requestBody.content['application/json'].schema, { additionalProperties: false, required: ['name'] });
   t.match(create.requestBody.content['application/json'].schema.properties.big5.properties.openness, { minimum: 0, maximum: 1 });
-  t.same(create.security, [{ ApiKey: [] }]);
+  t.same(create.security, [{ ApiKey: ['agents:write'] }]);
   t.match(create.responses['400'].content['application/problem+json'].schema, { $ref: '#/components/schemas/Problem' });
   t.ok(doc.paths['/api/v1/agents/{agentId}'].get.parameters.some((p: any) => p.name === 'X-Min-Position' && p.in === 'header'));
   t.same(doc.paths['/api/v1/projects/{projectId}/keys'].post.security, [{ SessionJwt: [] }]);
+  // The scope a key needs is published with the operation, and its 403 says so.
+  t.same(doc.paths['/api/v1/agents'].post.security, [{ ApiKey: ['agents:write'] }]);
+  t.equal(doc.paths['/api/v1/agents'].post['x-required-scope'], 'agents:write');
+  t.same(doc.paths['/api/v1/projects/{projectId}/config/{key}'].get.security, [{ ApiKey: ['config:read'] }]);
+  t.match(doc.paths['/api/v1/agents'].post.responses['403'].description, /without the scope `agents:write`/);
+  t.notOk('x-required-scope' in doc.paths['/api/v1/projects/{projectId}/keys'].post, 'session-only operations need no key scope');
   // Statuses the handlers can answer: creates that wait for their read model (503) and take an
   // Idempotency-Key (422 for a different request); key creation answers repeats with 409 and never 503.
-  const statuses = (p: string, m: string) => Object.keys(doc.paths[p][m].responses);
-  t.match(statuses('/api/v1/agents', 'post'), ['200', '400', '401', '403', '404', '409', '422', '503']);
-  t.match(statuses('/api/v1/projects', 'post'), ['200', '400', '401', '403', '409', '422', '503']);
-  t.match(statuses('/api/v1/projects/{projectId}/keys/{keyId}', 'delete'), ['200', '400', '401', '403', '404', '503']);
+  const statuses = (p: string, m: string) => Object.keys(doc.paths[p][m].responses).sort();
+  t.same(statuses('/api/v1/agents', 'post'), ['200', '400', '401', '403', '404', '409', '422', '503']);
+  t.same(statuses('/api/v1/projects', 'post'), ['200', '400', '401', '403', '409', '422', '503']);
+  t.same(statuses('/api/v1/projects/{projectId}/keys/{keyId}', 'delete'), ['200', '400', '401', '403', '404', '503']);
   t.notOk(statuses('/api/v1/projects/{projectId}/keys', 'post').includes('503'));
   t.ok(statuses('/api/v1/projects/{projectId}/keys', 'post').includes('409'));
   t.equal(doc.paths['/api/v1/agents'].post.responses['422'].description, 'Idempotency-Key already used for a different request');
