@@ -58,7 +58,9 @@ export async function postJson(provider: string, options: HttpProviderOptions, p
     let text: string;
     let retryAfter: string | null;
     try {
-      const res = await fetch(url, { method: 'POST', headers, body: payload, signal: AbortSignal.timeout(options.timeoutMs) });
+      // Redirects are not followed: a 307/308 would re-send the user's text (and, same-origin, the API key)
+      // wherever the provider points; a provider that redirects is misconfigured, so it is a failure.
+      const res = await fetch(url, { method: 'POST', headers, body: payload, redirect: 'manual', signal: AbortSignal.timeout(options.timeoutMs) });
       status = res.status;
       retryAfter = res.headers.get('retry-after');
       text = await res.text();
@@ -75,6 +77,9 @@ export async function postJson(provider: string, options: HttpProviderOptions, p
       } catch {
         throw new ProviderError(provider, `${provider} provider answered with a body that is not JSON`, status, text.slice(0, BODY_LOG_LIMIT));
       }
+    }
+    if (status >= 300 && status < 400) {
+      throw new ProviderError(provider, `${provider} provider answered ${status} (a redirect, not followed: set its base URL to the final address)`, status, text.slice(0, BODY_LOG_LIMIT));
     }
     const retryable = status === 429 || status >= 500;
     if (retryable && attempt < options.maxRetries) {

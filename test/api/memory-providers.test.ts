@@ -226,6 +226,17 @@ t.test('provider failures: bounded retry on 429/5xx, then a generic 500', async 
   t.ok(Date.now() - started < 5000);
   t.ok(app.logs.some((l) => /did not answer within 1000 ms/.test(String(l.reason))));
 
+  // A redirect is not followed: the user's text is not re-sent to wherever the provider points.
+  const elsewhere = await startOpenAiServer({});
+  t.teardown(() => elsewhere.close());
+  for (const status of [301, 302, 307, 308]) {
+    before = server.chatRequests().length;
+    server.chat.push({ status, raw: '', headers: { Location: `${elsewhere.url}/chat/completions` } });
+    isGeneric500(t, await app.memory('POST', '/v1/ingest', { scope, text: 'REDIRECTED-TEXT' }), `answered ${status} (a redirect, not followed`, app.logs);
+    t.equal(server.chatRequests().length - before, 1, `${status}: not retried`);
+  }
+  t.equal(elsewhere.chatRequests().length, 0, 'the redirect target never received the text');
+
   const down = await startApp({ LLM_BASE_URL: 'http://127.0.0.1:9/v1', LLM_MAX_RETRIES: '0' });
   t.teardown(() => down.stop());
   t.equal((await down.memory('POST', '/v1/ingest', { scope, text: 'chat' })).status, 500, 'unreachable provider');
