@@ -68,6 +68,15 @@ export class CommandBus {
     return result as CommandResult<State, Event>;
   }
 
+  /**
+   * The stream's state as the next command would be decided on (cached, including appends on their way,
+   * checked against the log like any decision that appends nothing), with the position once it is durable.
+   */
+  async state<State, Command, Event extends DomainEvent>(stream: string, decider: Decider<State, Command, Event>, meta: RequestMeta): Promise<CommandResult<State, Event>> {
+    const look: Decider<State, null, Event> = { initialState: decider.initialState, evolve: decider.evolve, decide: () => [] };
+    return this.handle(stream, look, null, meta);
+  }
+
   /** Decides a command on the stream's (cached) state; the events to append, if any, with their ids and metadata. */
   private async decideOn<State, Command, Event extends DomainEvent>(
     stream: string, decider: Decider<State, Command, Event>, command: Command, meta: RequestMeta, sequence: number,

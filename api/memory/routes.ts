@@ -208,9 +208,8 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const repeat = repeatable(meta, 'IngestFacts', body.text, session ?? '');
         const fingerprint = repeat.request_fingerprint;
         if (fingerprint !== undefined) {
-          // A repeat answers the first ingest's facts without asking the provider again. Ingesting no facts
-          // changes nothing and yields the scope's state, where the first one is remembered.
-          const before = await bus.handle(stream, memoryDecider, { type: 'IngestFacts', data: { agent, user, session, facts: [], model: chat.model, ...repeat } }, meta);
+          // A repeat answers the first ingest's facts without asking the provider again: the scope's state remembers it.
+          const before = await bus.state(stream, memoryDecider, meta);
           const first = before.state.requests.get(fingerprint);
           if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, before.position) }, position: before.position };
         }

@@ -185,3 +185,25 @@ t.test('handleAll: a step refused after another was decided leaves no trace of t
   t.equal(four.events.length, 1, 'k = 4 is a change: the refused call\'s decision is not in the cached state');
   t.same((await store.readStream(a)).map((e) => e.data.value), [1, 4]);
 });
+
+t.test('state: the stream as the next command would see it, appends on their way included, and another writer\'s', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const store = new EmbeddedEventStore(file);
+  const other = new EmbeddedEventStore(file);
+  t.teardown(async () => { await store.close(); await other.close(); });
+  const bus = new CommandBus(store);
+  const stream = configStream('s');
+  const empty = await bus.state(stream, configDecider, meta());
+  t.equal(empty.revision, -1);
+  t.same(empty.events, []);
+  const pending = bus.handle(stream, configDecider, set(1), meta());
+  const seen = await bus.state(stream, configDecider, meta()); // asked while the append is on its way
+  const appended = await pending;
+  t.equal(seen.state.values.get('k'), '1', 'includes the pending append');
+  t.equal(seen.position, appended.position, 'answered once that append is durable');
+  await other.append(stream, [{ id: randomUUID(), type: 'ConfigValueSet', data: { project_id: 's', key: 'k', value: 2, set_at: '' }, metadata: { correlation_id: 'o', causation_id: 'o', actor: 'o', occurred_at: '' } }], 0);
+  const fresh = await bus.state(stream, configDecider, meta());
+  t.equal(fresh.state.values.get('k'), '2', 'another writer\'s append is seen');
+  t.equal(fresh.revision, 1);
+  t.equal((await store.readStream(stream)).length, 2, 'looking appends nothing');
+});
