@@ -92,8 +92,11 @@ const LOOKAHEAD_STREAMS = 64;
  * would only be replaced, and a text the user deleted must not go to a third party again.
  */
 class Lookahead {
-  /** Per scope stream: the revision from which its later events were read, and the last change of each memory and of the scope. */
-  private readonly streams = new Map<string, Changes & { from: number }>();
+  /**
+   * Per scope stream: the revisions from which and up to which (`next`, exclusive) its later events were
+   * read, and the last change of each memory and of the scope among them.
+   */
+  private readonly streams = new Map<string, Changes & { from: number; next: number }>();
 
   async superseded(candidates: Texted[], batch: RecordedEvent[], log: Log): Promise<Set<string>> {
     const out = new Set<string>();
@@ -104,15 +107,26 @@ class Lookahead {
       this.streams.clear(); // caught up: nothing follows the batch
       return out;
     }
+    const current = new Set<string>();
     for (const e of candidates) {
       if (out.has(e.id)) continue;
       let later = this.streams.get(e.stream);
       if (!later || later.from > e.revision + 1) {
-        later = { from: e.revision + 1, ...changes(await readFrom(log, e.stream, e.revision + 1)) };
+        const read = await readFrom(log, e.stream, e.revision + 1);
+        later = { from: e.revision + 1, next: read.at(-1) ? read.at(-1)!.revision + 1 : e.revision + 1, ...changes(read) };
         this.streams.delete(e.stream);
         this.streams.set(e.stream, later);
         if (this.streams.size > LOOKAHEAD_STREAMS) this.streams.delete(this.streams.keys().next().value!);
+      } else if (!current.has(e.stream)) {
+        // Read at an earlier batch: the stream may have grown since (a deletion meanwhile must keep the
+        // text from the provider just the same).
+        const read = await readFrom(log, e.stream, later.next);
+        if (read.length > 0) later.next = read.at(-1)!.revision + 1;
+        const added = changes(read);
+        for (const [key, position] of added.memory) later.memory.set(key, Math.max(position, later.memory.get(key) ?? -1));
+        for (const [key, position] of added.scope) later.scope.set(key, Math.max(position, later.scope.get(key) ?? -1));
       }
+      current.add(e.stream);
       if (isSupersededBy(e, later)) out.add(e.id);
     }
     return out;

@@ -130,3 +130,29 @@ t.test('memory-vectors: behind the head, texts that later events replace or dele
   await projection.prepare!(relevant, logOf([...recorded, fresh]));
   t.same(sent, ['newest']);
 });
+
+t.test('memory-vectors: the look-ahead sees events appended since it last read a scope', async (t) => {
+  const sent: string[] = [];
+  class Recording extends LocalHashEmbedder {
+    override async embed(texts: string[]): Promise<Float32Array[]> {
+      sent.push(...texts);
+      return super.embed(texts);
+    }
+  }
+  const projection = vectorsProjection(new Recording());
+  const at = (e: MemoryEvent, stream: string, revision: number, position: number): RecordedEvent => ({
+    id: `x${position}`, stream, revision, position, type: e.type, data: e.data,
+    metadata: { correlation_id: 'c', causation_id: 'c', actor: 'owner', occurred_at: T }, recorded_at: T,
+  });
+  const first = at({ type: 'MemoryStored', data: { ...scope, memory_id: 'm1', text: 'first', session: null, created_at: T } }, 'memory-a/u', 0, 1);
+  const second = at({ type: 'MemoryStored', data: { ...scope, memory_id: 'm2', text: 'second', session: null, created_at: T } }, 'memory-a/u', 1, 2);
+  const elsewhere = (position: number) =>
+    at({ type: 'MemoryStored', data: { agent: 'b', user: 'u', memory_id: `o${position}`, text: 'elsewhere', session: null, created_at: T } }, 'memory-b/u', position, position);
+  // A runner behind the head takes one event per batch; the scope's later events are read with the first.
+  await projection.prepare!([first], logOf([first, second, elsewhere(3)]));
+  t.same(sent, ['first']);
+  // Meanwhile the user deletes m2: the log has the deletion when the next batch is prepared.
+  const deleted = at({ type: 'MemoryDeleted', data: { ...scope, memory_id: 'm2', deleted_at: T } }, 'memory-a/u', 2, 4);
+  await projection.prepare!([second], logOf([first, second, elsewhere(3), deleted, elsewhere(5)]));
+  t.same(sent, ['first'], 'the deleted text is not sent to the provider');
+});
