@@ -75,7 +75,15 @@ export class EmbeddedReadStore implements ReadStore {
     return statement;
   }
 
-  async register(projection: string, collections: CollectionSpec[]): Promise<void> {
+  /**
+   * Serialised with the batches: called while another projection's batch awaits inside its open
+   * transaction, it would otherwise join that transaction (as a savepoint) and be undone with it.
+   */
+  register(projection: string, collections: CollectionSpec[]): Promise<void> {
+    return this.exclusive(async () => this.registerNow(projection, collections));
+  }
+
+  private registerNow(projection: string, collections: CollectionSpec[]): void {
     this.owners.clear();
     this.liveTables.clear();
     this.db.transaction(() => {
@@ -266,6 +274,9 @@ export class EmbeddedReadStore implements ReadStore {
     return row.n;
   }
 
+  // Both read the checkpoints, then write: IMMEDIATE takes the write lock first (waiting on the busy
+  // timeout). A deferred transaction whose snapshot another connection's commit made stale (a live
+  // batch of the projection thread) fails its first write at once with SQLITE_BUSY.
   async startRebuild(projection: string): Promise<CheckpointInfo> {
     return this.exclusive(async () => this.db.transaction(() => {
       const live = this.slot(projection, 'live');
@@ -278,7 +289,7 @@ export class EmbeddedReadStore implements ReadStore {
         .run(projection, generation, new Date().toISOString());
       this.createTables(projection, generation);
       return this.slot(projection, 'rebuild')!;
-    })());
+    }).immediate());
   }
 
   async rebuildCheckpoint(projection: string): Promise<CheckpointInfo | undefined> {
@@ -299,7 +310,7 @@ export class EmbeddedReadStore implements ReadStore {
       this.dropTables(projection, live.generation);
       this.liveTables.clear();
       return { swapped: true, live: this.slot(projection, 'live')! };
-    })());
+    }).immediate());
   }
 
   async close(): Promise<void> {
@@ -329,9 +340,12 @@ function whereSql(where: Where = {}, primaryKeyOrder = false): { sql: string; pa
     if (!FIELD.test(field)) throw new Error(`invalid field ${field}`);
     const expr = field === 'id' ? 'id' : `json_extract(doc, '$.${field}')`;
     if (condition !== null && typeof condition === 'object') {
-      if (condition.$in.length === 0) { clauses.push('0'); continue; }
-      clauses.push(`${expr} IN (${condition.$in.map(() => '?').join(', ')})`);
-      params.push(...condition.$in.map(bindable));
+      // `IN (NULL)` matches nothing in SQL; null matches null and missing, as `field: null` (and MongoDB's $in) does.
+      const values = condition.$in.filter((v) => v !== null);
+      const alternatives = values.length > 0 ? [`${expr} IN (${values.map(() => '?').join(', ')})`] : [];
+      if (values.length < condition.$in.length) alternatives.push(`${expr} IS NULL`);
+      clauses.push(alternatives.length === 0 ? '0' : `(${alternatives.join(' OR ')})`);
+      params.push(...values.map(bindable));
     } else if (condition === null) {
       clauses.push(`${expr} IS NULL`);
     } else {

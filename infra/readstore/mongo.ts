@@ -1,4 +1,4 @@
-import { MongoClient, MongoServerError } from 'mongodb';
+import { MongoClient, MongoError, MongoServerError } from 'mongodb';
 import type { ClientSession, Collection, Db, Document, Filter, Sort } from 'mongodb';
 import {
   decodeCursor, encodeCursor,
@@ -326,14 +326,17 @@ async function ignoreDuplicateKey(write: Promise<unknown>): Promise<void> {
   }
 }
 
-/** Retries only the commit itself when its outcome is unknown (the driver's documented pattern). */
-async function commitWithRetry(session: ClientSession): Promise<void> {
+/**
+ * Retries only the commit itself when its outcome is unknown (the driver's documented pattern). The label
+ * also comes on network and server-selection errors, which are MongoErrors but not MongoServerErrors.
+ */
+export async function commitWithRetry(session: ClientSession): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     try {
       await session.commitTransaction();
       return;
     } catch (error) {
-      if (attempt < 3 && error instanceof MongoServerError && error.hasErrorLabel('UnknownTransactionCommitResult')) continue;
+      if (attempt < 3 && error instanceof MongoError && error.hasErrorLabel('UnknownTransactionCommitResult')) continue;
       throw error;
     }
   }

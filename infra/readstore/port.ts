@@ -94,9 +94,14 @@ export class InvalidCursorError extends Error {
 export function decodeCursor(cursor: string): [FieldValue, string] {
   try {
     const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (Array.isArray(parsed) && parsed.length === 2 && typeof parsed[1] === 'string') return parsed as [FieldValue, string];
+    // The value too: the token comes from the client, and only a field value can have been encoded.
+    if (Array.isArray(parsed) && parsed.length === 2 && typeof parsed[1] === 'string' && isFieldValue(parsed[0])) return parsed as [FieldValue, string];
   } catch { /* fall through */ }
   throw new InvalidCursorError();
+}
+
+function isFieldValue(value: unknown): value is FieldValue {
+  return value === null || typeof value === 'string' || typeof value === 'boolean' || (typeof value === 'number' && Number.isFinite(value));
 }
 
 /** Every document matching `options`, page by page (for listings that return everything, index reloads). */

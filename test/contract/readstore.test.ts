@@ -110,6 +110,9 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.same(await where({ team: null }), expected((d) => d.team == null), 'null matches null and missing');
     t.same(await where({ team: { $in: ['red', 'green'] } }), expected((d) => d.team === 'red' || d.team === 'green'), '$in');
     t.same(await where({ team: { $in: [] } }), [], 'empty $in');
+    t.same(await where({ team: { $in: ['green', null] } }), expected((d) => d.team === 'green' || d.team == null),
+      '$in with null matches null and missing, as `team: null` does');
+    t.equal(await store.count('docs', { team: { $in: [null] } }), DOCS.filter((d) => d.team == null).length);
     t.same(await where({ active: true, team: 'red' }), expected((d) => d.active && d.team === 'red'), 'conjunction');
     t.same(await where({ 'meta.level': 2 }), expected((d) => d.meta.level === 2), 'nested field');
     t.same(await where({ score: 3 }), expected((d) => d.score === 3), 'number');
@@ -153,6 +156,11 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
   await t.test('an invalid cursor is rejected', async (t) => {
     for (const cursor of ['not a cursor', Buffer.from('[1]').toString('base64url'), Buffer.from('{"a":1}').toString('base64url')]) {
       await t.rejects(store.find('docs', { cursor }), InvalidCursorError, cursor);
+    }
+    // A well-formed pair whose value no listing can have produced (the token is client-supplied).
+    for (const value of [{ a: 1 }, [1, 2]]) {
+      const cursor = Buffer.from(JSON.stringify([value, 'd01'])).toString('base64url');
+      await t.rejects(store.find('docs', { cursor, sort: { field: 'score', order: 'asc' } }), InvalidCursorError, JSON.stringify(value));
     }
   });
 
