@@ -111,7 +111,8 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
         principal,
         meta,
         koa: ctx,
-        log: ctx.state.log as Logger,
+        // The request's logger is made on first use (see app.ts): most requests log nothing.
+        get log() { return ctx.state.log as Logger; },
       };
       if (minPosition !== undefined && def.readModels && def.readModels.length > 0) await mounting.waitFor(def.readModels, minPosition);
       const reply = await def.handler(call as never);
