@@ -236,7 +236,8 @@ export class EmbeddedEventStore implements EventStore {
     }
     if (filter.streamPrefixes) {
       // SQLite's substr and length count characters, not UTF-16 units as String.length does.
-      where.push(`(${filter.streamPrefixes.map(() => 'substr(stream, 1, length(?)) = ?').join(' OR ')})`);
+      // An empty list matches nothing (as matchesFilter has it).
+      where.push(filter.streamPrefixes.length === 0 ? '0' : `(${filter.streamPrefixes.map(() => 'substr(stream, 1, length(?)) = ?').join(' OR ')})`);
       for (const p of filter.streamPrefixes) params.push(p, p);
     }
     params.push(limit);

@@ -108,6 +108,9 @@ export class EsdbEventStore implements EventStore {
       if (ids.has(e.id)) throw new DuplicateEventIdError(e.id, stream);
       ids.add(e.id);
     }
+    // The client serialises inside an async Promise executor: a JSON.stringify that throws there (a
+    // bigint, a cycle) is an unhandled rejection and the append never settles. Refuse such data here.
+    for (const e of events) JSON.stringify([e.data, e.metadata]);
     try {
       const result = await this.client.appendToStream(stream, events.map((e) => jsonEvent({
         id: e.id,

@@ -236,6 +236,8 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.same(ids(await store.readAll(from, { filter: { types: ['Alpha', 'Gamma'], streamPrefixes: [s('all-b'), s('zed')] } })),
       ids([g1, a2]), 'both');
     t.same(ids(await store.readAll(from, { filter: { types: ['Beta'] }, limit: 1 })), ids([b1]), 'filter then limit');
+    t.same(await store.readAll(from, { filter: { types: [] } }), [], 'an empty type list matches nothing');
+    t.same(await store.readAll(from, { filter: { streamPrefixes: [] } }), [], 'an empty prefix list matches nothing');
     t.same(await store.readAll(last.position), [], 'nothing after the head');
     t.equal(await store.headPosition(), last.position);
   });

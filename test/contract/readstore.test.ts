@@ -284,11 +284,6 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
   });
 }
 
-/**
- * Reported, not fixed here (infra/readstore/embedded.ts belongs to someone else): the cursor condition
- * `(expr > ? OR (expr = ? AND id > ?))` is never true when either side is NULL.
- */
-
 /** Ids in the adapters' order: the field (nulls first ascending, last descending), then id, same direction. */
 function inOrder(docs: Doc[], field: string, order: 'asc' | 'desc'): string[] {
   const value = (d: Doc) => field.split('.').reduce<unknown>((v, k) => (v as Record<string, unknown> | undefined)?.[k], d) ?? null;

@@ -1,0 +1,43 @@
+import t from 'tap';
+import { EsdbEventStore } from '../../infra/eventstore/esdb.js';
+import type { NewEvent } from '../../infra/eventstore/port.js';
+
+/**
+ * EsdbEventStore behaviour that needs no server: the client is pointed at a port nobody listens on, so
+ * anything that reaches the network fails with the client's connection error instead.
+ */
+const UNREACHABLE = 'esdb://127.0.0.1:1?tls=false';
+
+const event = (data: Record<string, unknown>, metadata: Record<string, unknown> = {}): NewEvent => ({
+  id: '6f1c7a52-3c1d-4e55-9a55-0a7c2b1e0001',
+  type: 'Big',
+  data,
+  metadata: { correlation_id: 'c', causation_id: 'c', actor: 'a', occurred_at: '2024-01-01T00:00:00.000Z', ...metadata },
+});
+
+/**
+ * The client serialises event data inside an `async` Promise executor (appendToStream/append.js and
+ * batchAppend.js): a JSON.stringify that throws there is an unhandled rejection (which ends the process
+ * under Node's default --unhandled-rejections=throw) and the append's promise never settles. The
+ * adapter must refuse such data itself, before the client sees it, as the embedded store does.
+ */
+t.test('data or metadata that is not JSON is refused before it reaches the client', async (t) => {
+  const store = new EsdbEventStore(UNREACHABLE);
+  t.teardown(() => store.close());
+  const unhandled: unknown[] = [];
+  const onUnhandled = (reason: unknown) => { unhandled.push(reason); };
+  process.on('unhandledRejection', onUnhandled);
+  t.teardown(() => { process.off('unhandledRejection', onUnhandled); });
+
+  const circular: Record<string, unknown> = {};
+  circular.self = circular;
+  for (const [name, e] of [
+    ['a bigint in data', event({ n: 1n as unknown })],
+    ['a cycle in data', event(circular)],
+    ['a bigint in metadata', event({}, { n: 1n as unknown as string })],
+  ] as const) {
+    await t.rejects(store.append('offline-stream', [e], 'no_stream'), TypeError, name);
+  }
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same(unhandled, [], 'no unhandled rejection');
+});
