@@ -44,7 +44,7 @@ const ERROR_TEXT: Record<number, string> = {
   422: 'Idempotency-Key already used for a different request',
   500: 'Store or provider failure (generic body)',
   501: 'Not implemented',
-  503: 'Read model not caught up to X-Min-Position in time (see Retry-After), or a dependency not configured',
+  503: 'Read model not caught up to X-Min-Position in time (see Retry-After), a dependency not configured, or (sessions) the identity provider\'s keys unreachable',
 };
 
 function parameters(schema: TSchema | undefined, location: 'path' | 'query') {

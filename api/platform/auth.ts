@@ -1,10 +1,11 @@
 import type Koa from 'koa';
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { createRemoteJWKSet, jwtVerify, type JWTVerifyGetKey } from 'jose';
+import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyGetKey } from 'jose';
 import type { Config } from '../../infra/config.js';
+import type { Logger } from '../../infra/logger.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import type { ApiKeyDoc } from '../../projections/apikeys/projection.js';
-import { unauthorized } from '../http/problem.js';
+import { ProblemError, unauthorized } from '../http/problem.js';
 import type { AuthKind, Principal } from '../http/routes.js';
 import { hashApiKey, isWellFormedApiKey } from '../../infra/apikeys.js';
 
@@ -13,6 +14,13 @@ export interface KeyUse { key_id: string; project_id: string; correlation_id?: s
 
 const KEY_CACHE_LIMIT = 10_000;
 const NO_KEY_HASH = createHash('sha256').update('').digest();
+/** How far a session token's `iat` may lie ahead of this server's clock (the identity provider's clock may run a little fast). */
+const IAT_SKEW_SECONDS = 60;
+
+/** The JWKS could not be had (unreachable, slow, not 200, not a key set): the identity provider's failure, not the token's. */
+class KeySetUnavailableError extends Error {
+  override readonly name = 'KeySetUnavailableError';
+}
 
 /**
  * Resolves the caller of a platform request. API keys (`sk_…`) are checked for shape and checksum
@@ -23,15 +31,24 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
   let keySource: Uint8Array | JWTVerifyGetKey | undefined;
   let algorithms: string[] = [];
   if (config.jwksUrl) {
-    keySource = createRemoteJWKSet(new URL(config.jwksUrl));
+    const jwks = createRemoteJWKSet(new URL(config.jwksUrl));
+    keySource = async (header, token) => {
+      try {
+        return await jwks(header, token);
+      } catch (error) {
+        // The token names no key of the set, or an algorithm the set cannot verify: the token is at fault (401).
+        if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys || error instanceof errors.JOSENotSupported) throw error;
+        throw new KeySetUnavailableError('the JWKS at AUTH_JWKS_URL could not be fetched or read', { cause: error });
+      }
+    };
     algorithms = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'];
   } else if (config.jwtSecret) {
     keySource = new TextEncoder().encode(config.jwtSecret);
     algorithms = ['HS256'];
   }
 
-  async function session(token: string): Promise<Principal> {
-    if (!keySource) throw unauthorized('dashboard sessions are not configured (set AUTH_JWKS_URL or AUTH_JWT_SECRET)');
+  async function session(token: string, log: Logger | undefined): Promise<Principal> {
+    if (!keySource) throw new ProblemError(503, 'not-configured', 'dashboard sessions are not configured (set AUTH_JWKS_URL or AUTH_JWT_SECRET)');
     try {
       const options = { algorithms, issuer: config.issuer, audience: config.audience, requiredClaims: ['sub', 'exp'] };
       const { payload } = keySource instanceof Uint8Array
@@ -39,10 +56,17 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
         : await jwtVerify(token, keySource, options);
       const tenant = payload[config.tenantClaim];
       if (typeof payload.sub !== 'string' || payload.sub === '') throw new Error('no sub');
+      // jose checks `iat` only against a maximum age: a token issued in the future has not been issued yet.
+      if (typeof payload.iat === 'number' && payload.iat > Date.now() / 1000 + IAT_SKEW_SECONDS) throw new Error('iat in the future');
       if (typeof tenant !== 'string' || tenant === '') throw unauthorized(`session token has no ${config.tenantClaim} claim`);
       return { kind: 'session', user_id: payload.sub, tenant_id: tenant };
     } catch (error) {
       if (error instanceof Error && error.name === 'ProblemError') throw error;
+      if (error instanceof KeySetUnavailableError) {
+        log?.warn({ err: error.cause, jwks_url: config.jwksUrl }, 'could not fetch the identity provider\'s keys');
+        // A valid session is not to be told it is invalid: retry once the identity provider answers.
+        throw new ProblemError(503, 'identity-provider-unavailable', 'session tokens cannot be verified now: the identity provider\'s keys could not be fetched; retry later', { headers: { 'Retry-After': '5' } });
+      }
       throw unauthorized('session token is invalid or expired');
     }
   }
@@ -99,7 +123,7 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
     const token = match[1]!;
     const isKey = token.startsWith('sk_');
     if (isKey && accepted.includes('key')) return apiKey(token, (ctx.state.meta as { correlation_id?: string } | undefined)?.correlation_id);
-    if (!isKey && accepted.includes('session')) return session(token);
+    if (!isKey && accepted.includes('session')) return session(token, ctx.state.log as Logger | undefined);
     throw unauthorized(`this operation needs ${wants}`);
   }
 

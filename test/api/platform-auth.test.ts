@@ -18,6 +18,19 @@ t.test('sessions: only valid, signed, unexpired tokens with a tenant', async (t)
   const expired = await new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
     .setExpirationTime(Math.floor(Date.now() / 1000) - 60).sign(new TextEncoder().encode('test-secret-for-hs256-at-least-32-bytes!'));
   t.equal((await list(expired)).status, 401, 'expired');
+  const secret = new TextEncoder().encode('test-secret-for-hs256-at-least-32-bytes!');
+  const inSeconds = (s: number) => Math.floor(Date.now() / 1000) + s;
+  const fromTheFuture = await new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
+    .setIssuedAt(inSeconds(3600)).setExpirationTime(inSeconds(7200)).sign(secret);
+  t.equal((await list(fromTheFuture)).status, 401, 'issued in the future (iat an hour ahead)');
+  const skewed = await new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
+    .setIssuedAt(inSeconds(30)).setExpirationTime(inSeconds(600)).sign(secret);
+  t.equal((await list(skewed)).status, 200, 'an identity provider clock a little fast is tolerated');
+  const notYet = await new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
+    .setNotBefore(inSeconds(600)).setExpirationTime(inSeconds(900)).sign(secret);
+  t.equal((await list(notYet)).status, 401, 'not valid before (nbf) a later time');
+  const numericSub = await new SignJWT({ tenant_id: 'tenant-a', sub: 42 } as Record<string, unknown>).setProtectedHeader({ alg: 'HS256' }).setExpirationTime('5m').sign(secret);
+  t.equal((await list(numericSub)).status, 401, 'sub of the wrong type');
   const noTenant = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('u').setExpirationTime('5m')
     .sign(new TextEncoder().encode('test-secret-for-hs256-at-least-32-bytes!'));
   const res = await list(noTenant);

@@ -2,7 +2,7 @@ import t from 'tap';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
-import { bearer, startTestCairn } from '../support/cairn.js';
+import { bearer, sessionToken, startTestCairn } from '../support/cairn.js';
 
 t.test('sessions verified against an identity provider\'s JWKS', async (t) => {
   const { publicKey, privateKey } = await generateKeyPair('RS256');
@@ -33,4 +33,52 @@ t.test('sessions verified against an identity provider\'s JWKS', async (t) => {
   const hs = await new SignJWT({ org: 'acme' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u').setIssuer('https://idp.example').setAudience('cairn')
     .setExpirationTime('5m').sign(new TextEncoder().encode(JSON.stringify(jwk)));
   t.equal(await status(hs), 401, 'HS256 is not accepted when a JWKS is configured (no algorithm confusion)');
+});
+
+t.test('an identity provider that cannot be reached is a 503, not a 401 for a valid session', async (t) => {
+  const { publicKey, privateKey } = await generateKeyPair('RS256');
+  const jwk = { ...(await exportJWK(publicKey)), kid: 'k1', alg: 'RS256', use: 'sig' };
+  let answer: 'keys' | 'error' | 'garbage' = 'error';
+  const idp = createServer((req, res) => {
+    if (answer === 'error') {
+      res.statusCode = 500;
+      res.end('upstream trouble');
+      return;
+    }
+    res.setHeader('Content-Type', 'application/json');
+    res.end(answer === 'keys' ? JSON.stringify({ keys: [jwk] }) : '<html>');
+  });
+  await new Promise<void>((r) => idp.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise((r) => idp.close(r)));
+  const app = await startTestCairn({ AUTH_JWKS_URL: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks` });
+  t.teardown(() => app.stop());
+  const token = await new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256', kid: 'k1' }).setSubject('user-7').setExpirationTime('5m').sign(privateKey);
+  const list = () => app.platform('/projects', { headers: bearer(token) });
+
+  for (const failure of ['error', 'garbage'] as const) {
+    answer = failure;
+    const res = await list();
+    t.equal(res.status, 503, `JWKS answered ${failure}`);
+    t.equal(res.headers.get('content-type'), 'application/problem+json');
+    t.ok(res.headers.get('retry-after'));
+    const body = (await res.json()) as { detail: string };
+    t.match(body, { status: 503, detail: /identity provider/ });
+    t.notMatch(body.detail, /upstream trouble|html/, 'the provider\'s reply is not passed on');
+  }
+  answer = 'keys';
+  t.equal((await list()).status, 200, 'and the same token works once the provider answers');
+  const unknownKid = await new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256', kid: 'k2' }).setSubject('user-7').setExpirationTime('5m').sign(privateKey);
+  t.equal((await app.platform('/projects', { headers: bearer(unknownKid) })).status, 401, 'a key the provider does not publish is the token\'s fault: 401');
+
+  const unreachable = await startTestCairn({ AUTH_JWKS_URL: 'http://127.0.0.1:1/jwks' });
+  t.teardown(() => unreachable.stop());
+  t.equal((await unreachable.platform('/projects', { headers: bearer(token) })).status, 503, 'connection refused');
+});
+
+t.test('sessions not configured: 503, not 401', async (t) => {
+  const app = await startTestCairn({ AUTH_JWT_SECRET: '' });
+  t.teardown(() => app.stop());
+  const res = await app.platform('/projects', { headers: bearer(await sessionToken()) });
+  t.equal(res.status, 503);
+  t.match(await res.json(), { type: /not-configured/, detail: /AUTH_JWKS_URL or AUTH_JWT_SECRET/ });
 });

@@ -34,7 +34,7 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         + 'A repeat with the same Idempotency-Key is 409: the secret cannot be shown twice.',
       params: ProjectKeyParams, body: CreateApiKeyBody,
       responses: { 200: { description: 'the new key, including `key`', schema: ApiKeyCreated } },
-      errors: [400, 401, 403, 404, 409],
+      errors: [400, 401, 403, 404, 409, 503],
       async handler({ params, body, principal, meta }) {
         const project = await requireProject(deps, principal, params.projectId);
         const expiresAt = body.expires_at ?? null;
