@@ -126,6 +126,28 @@ function allowedHosts(env: NodeJS.ProcessEnv): string[] | undefined {
   return hosts;
 }
 
+/**
+ * Session JWT settings. An identity provider (AUTH_JWKS_URL) usually signs tokens for many applications:
+ * without an issuer and an audience to check, a token it issued for another application would open a
+ * session here. So a JWKS needs both (an HS256 secret is Cairn's own, and they stay optional with it).
+ */
+function authConfig(env: NodeJS.ProcessEnv): Config['auth'] {
+  const auth = {
+    jwtSecret: optional(env.AUTH_JWT_SECRET),
+    jwksUrl: optional(env.AUTH_JWKS_URL),
+    tenantClaim: optional(env.AUTH_TENANT_CLAIM) ?? 'tenant_id',
+    issuer: optional(env.AUTH_ISSUER),
+    audience: optional(env.AUTH_AUDIENCE),
+  };
+  if (auth.jwksUrl) {
+    const missing = [auth.issuer ? [] : ['AUTH_ISSUER'], auth.audience ? [] : ['AUTH_AUDIENCE']].flat();
+    if (missing.length > 0) {
+      throw new Error(`AUTH_JWKS_URL needs ${missing.join(' and ')}: an identity provider signs tokens for other applications too, and only its iss and aud tell them apart`);
+    }
+  }
+  return auth;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     host: optional(env.HOST) ?? '127.0.0.1',
@@ -135,13 +157,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     eventStoreUrl: optional(env.EVENTSTORE_URL),
     mongodbUrl: optional(env.MONGODB_URL),
     mongodbDb: optional(env.MONGODB_DB) ?? 'cairn',
-    auth: {
-      jwtSecret: optional(env.AUTH_JWT_SECRET),
-      jwksUrl: optional(env.AUTH_JWKS_URL),
-      tenantClaim: optional(env.AUTH_TENANT_CLAIM) ?? 'tenant_id',
-      issuer: optional(env.AUTH_ISSUER),
-      audience: optional(env.AUTH_AUDIENCE),
-    },
+    auth: authConfig(env),
     consistencyTimeoutMs: int('CONSISTENCY_TIMEOUT_MS', 5000, env),
     projectionsThread: flag('PROJECTIONS_THREAD', true, env),
     projectionsNice: bounded('PROJECTIONS_NICE', 10, 0, 19, env),

@@ -50,9 +50,10 @@ t.test('an identity provider that cannot be reached is a 503, not a 401 for a va
   });
   await new Promise<void>((r) => idp.listen(0, '127.0.0.1', r));
   t.teardown(() => new Promise((r) => idp.close(r)));
-  const app = await startTestCairn({ AUTH_JWKS_URL: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks` });
+  const issued = { AUTH_ISSUER: 'https://idp.example', AUTH_AUDIENCE: 'cairn' };
+  const app = await startTestCairn({ AUTH_JWKS_URL: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks`, ...issued });
   t.teardown(() => app.stop());
-  const token = await new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256', kid: 'k1' }).setSubject('user-7').setExpirationTime('5m').sign(privateKey);
+  const token = await new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256', kid: 'k1' }).setIssuer('https://idp.example').setAudience('cairn').setSubject('user-7').setExpirationTime('5m').sign(privateKey);
   const list = () => app.platform('/projects', { headers: bearer(token) });
 
   for (const failure of ['error', 'garbage'] as const) {
@@ -67,10 +68,10 @@ t.test('an identity provider that cannot be reached is a 503, not a 401 for a va
   }
   answer = 'keys';
   t.equal((await list()).status, 200, 'and the same token works once the provider answers');
-  const unknownKid = await new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256', kid: 'k2' }).setSubject('user-7').setExpirationTime('5m').sign(privateKey);
+  const unknownKid = await new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256', kid: 'k2' }).setIssuer('https://idp.example').setAudience('cairn').setSubject('user-7').setExpirationTime('5m').sign(privateKey);
   t.equal((await app.platform('/projects', { headers: bearer(unknownKid) })).status, 401, 'a key the provider does not publish is the token\'s fault: 401');
 
-  const unreachable = await startTestCairn({ AUTH_JWKS_URL: 'http://127.0.0.1:1/jwks' });
+  const unreachable = await startTestCairn({ AUTH_JWKS_URL: 'http://127.0.0.1:1/jwks', ...issued });
   t.teardown(() => unreachable.stop());
   t.equal((await unreachable.platform('/projects', { headers: bearer(token) })).status, 503, 'connection refused');
 });

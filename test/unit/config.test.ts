@@ -17,3 +17,12 @@ t.test('PROJECTIONS_NICE: an integer from 0 to 19, default 10', async (t) => {
   t.throws(() => loadConfig({ PROJECTIONS_NICE: '20' }), /PROJECTIONS_NICE must be an integer from 0 to 19/);
   t.throws(() => loadConfig({ PROJECTIONS_NICE: '1.5' }), /PROJECTIONS_NICE must be a non-negative integer/);
 });
+
+t.test('AUTH_JWKS_URL needs AUTH_ISSUER and AUTH_AUDIENCE (a provider signs tokens for other applications too)', async (t) => {
+  const jwks = { AUTH_JWKS_URL: 'https://idp.example/.well-known/jwks.json' };
+  t.throws(() => loadConfig(jwks), /AUTH_JWKS_URL needs AUTH_ISSUER and AUTH_AUDIENCE/);
+  t.throws(() => loadConfig({ ...jwks, AUTH_ISSUER: 'https://idp.example/' }), /AUTH_JWKS_URL needs AUTH_AUDIENCE:/);
+  t.throws(() => loadConfig({ ...jwks, AUTH_AUDIENCE: 'cairn' }), /AUTH_JWKS_URL needs AUTH_ISSUER:/);
+  t.match(loadConfig({ ...jwks, AUTH_ISSUER: 'https://idp.example/', AUTH_AUDIENCE: 'cairn' }).auth, { issuer: 'https://idp.example/', audience: 'cairn' });
+  t.equal(loadConfig({ AUTH_JWT_SECRET: 'a-secret-of-enough-length-for-hs256!' }).auth.audience, undefined, 'optional with an HS256 secret');
+});
