@@ -60,6 +60,22 @@ export class LocalHashEmbedder implements Embedder {
 
 const EMBEDDING_BATCH = 128;
 
+/**
+ * Scaled to unit length in double precision, then narrowed to Float32: narrowing first would turn a
+ * component beyond Float32's range (±3.4e38) into ±Infinity and the scaled vector into NaN (a NaN score
+ * ranks first and is sent as null), and tiny components into 0. Dividing by the largest component keeps
+ * the sum of squares finite. A zero vector stays zero.
+ */
+function unitVector(values: number[]): Float32Array {
+  let max = 0;
+  for (const x of values) max = Math.max(max, Math.abs(x));
+  if (max === 0) return new Float32Array(values.length);
+  let sum = 0;
+  for (const x of values) sum += (x / max) * (x / max);
+  const norm = Math.sqrt(sum);
+  return Float32Array.from(values, (x) => x / max / norm);
+}
+
 /** OpenAI-compatible `POST {base}/embeddings`, batched; vectors are normalised here (not every server does). */
 export class OpenAiEmbedder implements Embedder {
   constructor(private readonly http: HttpProviderOptions, readonly model: string) {}
@@ -81,7 +97,7 @@ export class OpenAiEmbedder implements Embedder {
           throw new ProviderError('embeddings', 'embeddings reply has a malformed vector', 200, JSON.stringify(item).slice(0, 2000));
         }
         dim = e.length;
-        out.push(normalize(Float32Array.from(e as number[])));
+        out.push(unitVector(e as number[]));
       }
     }
     return out;

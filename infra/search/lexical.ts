@@ -1,4 +1,4 @@
-import { tokenize } from './tokenize.js';
+import { indexTerms, tokenize } from './tokenize.js';
 import { topK, type Hit } from './topk.js';
 
 /** Full-text index over the live memories of each scope. A search only ever touches its own scope. */
@@ -14,8 +14,11 @@ export interface LexicalIndex {
 
 const K1 = 1.2;
 const B = 0.75;
-/** A posting packs slot and term frequency in one small integer: slot * 256 + min(tf, 255). */
-const TF_BITS = 256;
+/**
+ * A posting packs slot and term frequency in one integer: slot * 65536 + tf. A text of 8,192 bytes has
+ * at most a few thousand tokens, so the frequency is exact (BM25 saturates it; capping it is not the same).
+ */
+const TF_BITS = 65536;
 
 /**
  * One scope's inverted index. Documents live in slots; a removed document's slot is marked dead and
@@ -29,20 +32,21 @@ class ScopeIndex {
   slotIds: Array<string | undefined> = [];
   slotLength: number[] = [];
   slotTerms: Array<Uint32Array | undefined> = [];
-  slotTfs: Array<Uint8Array | undefined> = [];
+  slotTfs: Array<Uint16Array | undefined> = [];
   readonly slotOf = new Map<string, number>();
   totalLength = 0;
   dead = 0;
 
   get live(): number { return this.slotOf.size; }
 
-  add(id: string, tokens: string[]): void {
+  /** `length`: the document's length for BM25 (its tokens; `terms` can hold more, see indexTerms). */
+  add(id: string, terms: string[], length: number): void {
     this.remove(id);
     const counts = new Map<string, number>();
-    for (const t of tokens) counts.set(t, (counts.get(t) ?? 0) + 1);
+    for (const t of terms) counts.set(t, (counts.get(t) ?? 0) + 1);
     const slot = this.slotIds.length;
-    const terms = new Uint32Array(counts.size);
-    const tfs = new Uint8Array(counts.size);
+    const tids = new Uint32Array(counts.size);
+    const tfs = new Uint16Array(counts.size);
     let i = 0;
     for (const [term, count] of counts) {
       let tid = this.termIds.get(term);
@@ -55,16 +59,16 @@ class ScopeIndex {
       const tf = Math.min(count, TF_BITS - 1);
       this.postings[tid]!.push(slot * TF_BITS + tf);
       this.df[tid]! += 1;
-      terms[i] = tid;
+      tids[i] = tid;
       tfs[i] = tf;
       i++;
     }
     this.slotIds.push(id);
-    this.slotLength.push(tokens.length);
-    this.slotTerms.push(terms);
+    this.slotLength.push(length);
+    this.slotTerms.push(tids);
     this.slotTfs.push(tfs);
     this.slotOf.set(id, slot);
-    this.totalLength += tokens.length;
+    this.totalLength += length;
   }
 
   remove(id: string): void {
@@ -80,10 +84,26 @@ class ScopeIndex {
     if (this.dead > 1024 && this.dead > this.live) this.compact();
   }
 
-  /** Renumbers the live slots densely and rebuilds the postings from each document's stored terms. */
+  /**
+   * Renumbers the live slots densely and rebuilds the postings from each document's stored terms. Terms
+   * no live document holds any more are dropped, so updates with ever new words (numbers, dates) do not
+   * grow the vocabulary of a scope that is never emptied.
+   */
   private compact(): void {
     const ids = this.slotIds, lengths = this.slotLength, terms = this.slotTerms, tfs = this.slotTfs;
-    this.postings = this.postings.map(() => []);
+    const renumbered = new Uint32Array(this.df.length);
+    const df: number[] = [];
+    for (const [term, tid] of this.termIds) {
+      if (this.df[tid] === 0) {
+        this.termIds.delete(term);
+        continue;
+      }
+      renumbered[tid] = df.length;
+      this.termIds.set(term, df.length);
+      df.push(this.df[tid]!);
+    }
+    this.df = df;
+    this.postings = df.map(() => []);
     this.slotIds = [];
     this.slotLength = [];
     this.slotTerms = [];
@@ -92,7 +112,7 @@ class ScopeIndex {
       const id = ids[old];
       if (id === undefined) continue;
       const slot = this.slotIds.length;
-      const t = terms[old]!, f = tfs[old]!;
+      const t = terms[old]!.map((tid) => renumbered[tid]!), f = tfs[old]!;
       for (let i = 0; i < t.length; i++) this.postings[t[i]!]!.push(slot * TF_BITS + f[i]!);
       this.slotIds.push(id);
       this.slotLength.push(lengths[old]!);
@@ -112,7 +132,8 @@ export class Bm25Index implements LexicalIndex {
   upsert(scope: string, id: string, text: string): void {
     let index = this.scopes.get(scope);
     if (!index) this.scopes.set(scope, (index = new ScopeIndex()));
-    index.add(id, tokenize(text));
+    const { terms, tokens } = indexTerms(text);
+    index.add(id, terms, tokens);
   }
 
   remove(scope: string, id: string): void {
@@ -125,6 +146,8 @@ export class Bm25Index implements LexicalIndex {
   dropScope(scope: string): void { this.scopes.delete(scope); }
   clear(): void { this.scopes.clear(); }
   size(scope: string): number { return this.scopes.get(scope)?.live ?? 0; }
+  /** Distinct terms held for the scope (live documents' terms, and removed ones' until the next compaction). */
+  vocabulary(scope: string): number { return this.scopes.get(scope)?.termIds.size ?? 0; }
 
   search(scope: string, query: string, limit: number): Hit[] {
     const index = this.scopes.get(scope);

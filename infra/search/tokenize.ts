@@ -7,7 +7,8 @@
  * leaves i + U+0307), final ς → σ. So "STRASSE" finds "Straße" and "istanbul" finds "İstanbul". A word is a run of
  * letters and digits, with combining marks kept inside it (Devanagari vowel signs, etc.). Scripts
  * written without spaces (Han, Hiragana, Katakana) are cut into overlapping character bigrams, so a
- * query can match inside a sentence.
+ * query can match inside a sentence; a document is also indexed under each of their characters (see
+ * indexTerms), so a one-character query ("猫") matches too.
  */
 const WORD = /[\p{L}\p{N}][\p{L}\p{N}\p{M}]*/gu;
 const UNSPACED = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}]/u;
@@ -24,6 +25,22 @@ export function caseFold(text: string): string {
 }
 
 export function tokenize(text: string): string[] {
+  return split(text);
+}
+
+/**
+ * What a document is indexed under: its tokens, then each character of its unspaced runs longer than one
+ * character (a one-character query is that character, which the bigrams alone never match). `tokens`
+ * counts the tokens only: the document's length for BM25 is the same as without the characters.
+ */
+export function indexTerms(text: string): { terms: string[]; tokens: number } {
+  const characters: string[] = [];
+  const tokens = split(text, characters);
+  return { terms: tokens.concat(characters), tokens: tokens.length };
+}
+
+/** The tokens of `text`; the characters of its unspaced runs longer than one go to `characters`, if given. */
+function split(text: string, characters?: string[]): string[] {
   const words = caseFold(text).match(WORD);
   if (!words) return [];
   const out: string[] = [];
@@ -36,6 +53,7 @@ export function tokenize(text: string): string[] {
       if (other) { out.push(other); continue; }
       const chars = [...unspaced!];
       if (chars.length === 1) out.push(chars[0]!);
+      else characters?.push(...chars);
       for (let i = 0; i + 1 < chars.length; i++) out.push(chars[i]! + chars[i + 1]!);
     }
   }

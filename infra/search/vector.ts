@@ -2,7 +2,7 @@ import { topK, type Hit } from './topk.js';
 
 /**
  * Nearest neighbours by cosine similarity within one scope. Vectors are compared only with vectors of
- * the same embedding model: after a model change, the old model's vectors stay out of searches until
+ * the same embedding model and dimension: after a model change, the old model's vectors stay out of searches until
  * `ops projections rebuild memory-vectors` has re-embedded them.
  */
 export interface VectorIndex {
@@ -38,7 +38,7 @@ class ColumnStore {
   readonly ids: string[] = [];
   readonly slotOf = new Map<string, number>();
 
-  constructor(readonly dim: number) {
+  constructor(readonly model: string, readonly dim: number) {
     this.data = new Float32Array(0);
   }
 
@@ -97,29 +97,36 @@ class ColumnStore {
   }
 }
 
+const storeKey = (model: string, dim: number) => `${dim}:${model}`;
+
 /** Brute force over contiguous per-scope arrays: O(non-zero query dims × scope size) per search. */
 export class BruteForceVectorIndex implements VectorIndex {
-  /** scope → model → vectors */
+  /** scope → model and dimension (storeKey) → vectors */
   private readonly scopes = new Map<string, Map<string, ColumnStore>>();
   private scratch = new Float64Array(1024);
 
   upsert(scope: string, id: string, model: string, vector: Float32Array): void {
-    let models = this.scopes.get(scope);
-    if (!models) this.scopes.set(scope, (models = new Map()));
-    for (const [name, store] of models) if (name !== model || store.dim !== vector.length) store.remove(id);
-    let store = models.get(model);
-    if (!store || store.dim !== vector.length) models.set(model, (store = new ColumnStore(vector.length)));
+    let stores = this.scopes.get(scope);
+    if (!stores) this.scopes.set(scope, (stores = new Map()));
+    // Keyed by model and dimension: a vector of another dimension (the provider changed it under the same
+    // model name) gets a store of its own instead of replacing the scope's other vectors.
+    const key = storeKey(model, vector.length);
+    for (const [other, store] of stores) {
+      if (other !== key && store.remove(id) && store.count === 0) stores.delete(other);
+    }
+    let store = stores.get(key);
+    if (!store) stores.set(key, (store = new ColumnStore(model, vector.length)));
     store.set(id, normalize(Float32Array.from(vector)));
   }
 
   remove(scope: string, id: string): void {
-    const models = this.scopes.get(scope);
-    if (!models) return;
-    for (const [name, store] of models) {
+    const stores = this.scopes.get(scope);
+    if (!stores) return;
+    for (const [key, store] of stores) {
       store.remove(id);
-      if (store.count === 0) models.delete(name);
+      if (store.count === 0) stores.delete(key);
     }
-    if (models.size === 0) this.scopes.delete(scope);
+    if (stores.size === 0) this.scopes.delete(scope);
   }
 
   dropScope(scope: string): void { this.scopes.delete(scope); }
@@ -134,13 +141,13 @@ export class BruteForceVectorIndex implements VectorIndex {
   /** Vectors per model across scopes, e.g. to warn about vectors of a model no longer configured. */
   models(): Map<string, number> {
     const out = new Map<string, number>();
-    for (const models of this.scopes.values()) for (const [name, store] of models) out.set(name, (out.get(name) ?? 0) + store.count);
+    for (const stores of this.scopes.values()) for (const store of stores.values()) out.set(store.model, (out.get(store.model) ?? 0) + store.count);
     return out;
   }
 
   search(scope: string, model: string, query: Float32Array, limit: number): Hit[] {
-    const store = this.scopes.get(scope)?.get(model);
-    if (!store || store.count === 0 || store.dim !== query.length) return [];
+    const store = this.scopes.get(scope)?.get(storeKey(model, query.length));
+    if (!store || store.count === 0) return [];
     const q = normalize(Float32Array.from(query));
     if (this.scratch.length < store.count) this.scratch = new Float64Array(store.count * 2);
     const scores = this.scratch;

@@ -6,7 +6,7 @@ import { pino } from 'pino';
 import t, { type Test } from 'tap';
 import { startCairn, type Cairn } from '../../api/app.js';
 import { loadConfig } from '../../infra/config.js';
-import { startOpenAiServer, type OpenAiServer } from '../support/openai-server.js';
+import { bagOfWords, startOpenAiServer, type OpenAiServer } from '../support/openai-server.js';
 
 /**
  * Ingest, chat and provider-backed embeddings against a real local HTTP server speaking the OpenAI
@@ -360,6 +360,28 @@ t.test('EMBEDDINGS_PROVIDER=openai: vectors from the provider, stored with model
   embedServer.embeddings.push({ status: 500, json: { error: 'EMBED-SECRET' } });
   isGeneric500(t, await remote.memory('POST', '/v1/search', { scope, query: 'pears', mode: 'hybrid' }), 'EMBED-SECRET', remote.logs);
   t.equal((await remote.memory('POST', '/v1/search', { scope, query: 'pears' })).status, 200, 'lexical does not need the provider');
+});
+
+t.test('EMBEDDINGS_PROVIDER=openai: components beyond Float32\'s range still make a unit vector, never a NaN score', async (t) => {
+  const embedServer = await startOpenAiServer();
+  t.teardown(() => embedServer.close());
+  // A server that does not normalise, with components that are finite in JSON but not as Float32 (> 3.4e38).
+  const away = (bagOfWords('pears').findIndex((x) => x > 0) + 1) % 16;
+  embedServer.embed = (text) => (text.includes('huge') ? Array.from({ length: 16 }, (_, i) => (i === away ? 1e39 : 0)) : bagOfWords(text));
+  const remote = await startApp({ EMBEDDINGS_PROVIDER: 'openai', EMBEDDINGS_BASE_URL: embedServer.url, LLM_EMBEDDING_MODEL: 'test-embed-16', LLM_TIMEOUT_MS: '1000', LLM_MAX_RETRIES: '0' });
+  t.teardown(() => remote.stop());
+  const scope = freshScope();
+  const huge = await remote.memory('POST', '/v1/memories', { scope, text: 'huge numbers' });
+  const apples = await remote.memory('POST', '/v1/memories', { scope, text: 'apples and pears' });
+  const pears = await remote.memory('POST', '/v1/search', { scope, query: 'pears', mode: 'semantic', limit: 10 });
+  t.equal(pears.status, 200, pears.text);
+  t.same(pears.body.results.map((r: { id: string }) => r.id), [apples.body.id, huge.body.id]);
+  t.ok(pears.body.results.every((r: { score: unknown }) => typeof r.score === 'number' && Number.isFinite(r.score)), pears.text);
+  const same = await remote.memory('POST', '/v1/search', { scope, query: 'huge', mode: 'semantic', limit: 1 });
+  t.equal(same.body.results[0].id, huge.body.id);
+  t.ok(Math.abs(same.body.results[0].score - 1) < 1e-6, `cosine with itself is 1 (${same.body.results[0].score})`);
+  const exported = await remote.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
+  t.same(exported.body.memories.find((m: { id: string }) => m.id === huge.body.id).vector[away], 1, 'exported as a unit vector');
 });
 
 for (const thread of ['true', 'false']) t.test(`embeddings: a text the provider refuses for good gets no vector, and the projection carries on (PROJECTIONS_THREAD=${thread})`, async (t) => {

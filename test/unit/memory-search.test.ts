@@ -3,7 +3,7 @@ import { parseFacts, UnparseableFactsError } from '../../api/memory/facts.js';
 import { LocalHashEmbedder, LOCAL_EMBEDDING_DIM } from '../../infra/providers/embeddings.js';
 import { reciprocalRankFusion } from '../../infra/search/fusion.js';
 import { Bm25Index } from '../../infra/search/lexical.js';
-import { tokenize } from '../../infra/search/tokenize.js';
+import { indexTerms, tokenize } from '../../infra/search/tokenize.js';
 import { topK } from '../../infra/search/topk.js';
 import { BruteForceVectorIndex } from '../../infra/search/vector.js';
 
@@ -61,6 +61,39 @@ t.test('BM25', async (t) => {
     t.same(index.search('s', 'rex', 10), []);
     t.equal(index.size('s'), 2);
   });
+  t.test('a one-character query of an unspaced script matches inside a sentence', async (t) => {
+    t.same(indexTerms('東京に行く'), { terms: ['東京', '京に', 'に行', '行く', '東', '京', 'に', '行', 'く'], tokens: 4 });
+    const cjk = new Bm25Index();
+    cjk.upsert('s', 'ja', '私は猫が好き');
+    cjk.upsert('s', 'zh', '我喜欢猫');
+    cjk.upsert('s', 'kyoto', '京都に行く');
+    cjk.upsert('s', 'one', '猫');
+    t.same(cjk.search('s', '猫', 10).map((h) => h.id).sort(), ['ja', 'one', 'zh']);
+    t.same(cjk.search('s', '東京', 10), [], 'a longer query still needs its bigrams: 京 alone does not match 東京');
+    t.same(cjk.search('s', '京都', 10).map((h) => h.id), ['kyoto']);
+  });
+  t.test('term frequency is exact past 255 (BM25 saturates it; a cap reorders results)', async (t) => {
+    const tf = new Bm25Index();
+    tf.upsert('s', 'long', 'tea '.repeat(1000));
+    tf.upsert('s', 'short', `${'tea '.repeat(255)}x`);
+    tf.upsert('s', 'other', 'coffee');
+    const hits = tf.search('s', 'tea', 10);
+    const idf = Math.log(1 + (3 - 2 + 0.5) / (2 + 0.5));
+    const avg = (1000 + 256 + 1) / 3;
+    const bm25 = (f: number, length: number) => (idf * f * 2.2) / (f + 1.2 * (1 - 0.75 + (0.75 * length) / avg));
+    t.same(hits.map((h) => h.id), ['long', 'short']);
+    t.ok(Math.abs(hits[0]!.score - bm25(1000, 1000)) < 1e-12, `score ${hits[0]!.score} = ${bm25(1000, 1000)}`);
+  });
+  t.test('the vocabulary of a scope does not grow with updates', async (t) => {
+    const churn = new Bm25Index();
+    churn.upsert('s', 'keep', 'a memory that stays');
+    for (let i = 0; i < 20_000; i++) churn.upsert('s', 'pulse', `heart rate ${i} at t${i * 7}`);
+    t.ok(churn.vocabulary('s') < 5000, `vocabulary ${churn.vocabulary('s')}`);
+    t.same(churn.search('s', 'stays', 5).map((h) => h.id), ['keep']);
+    t.same(churn.search('s', '19999 rate', 5).map((h) => h.id), ['pulse']);
+    t.same(churn.search('s', '19998', 5), []);
+    t.same(churn.search('s', 't139993', 5).map((h) => h.id), ['pulse']);
+  });
   t.test('many deletes compact the postings and keep results right', async (t) => {
     const big = new Bm25Index();
     for (let i = 0; i < 5000; i++) big.upsert('b', `m${i}`, `memory number ${i} ${i % 2 ? 'odd' : 'even'}`);
@@ -92,6 +125,24 @@ t.test('vector index: cosine, per scope and model', async (t) => {
   for (let i = 0; i < 299; i++) index.remove('g', `v${i}`);
   t.same(index.search('g', 'm', Float32Array.from([0, 1, 0]), 5).map((h) => h.id), ['v299']);
   t.equal(index.size('g'), 1);
+});
+
+t.test('vector index: a vector of another dimension under the same model replaces none of the others', async (t) => {
+  // E.g. loading the read model after the provider changed the dimension of a model: old and new vectors mixed.
+  const index = new BruteForceVectorIndex();
+  index.upsert('s', 'new1', 'm', Float32Array.from([1, 0, 0]));
+  index.upsert('s', 'old1', 'm', Float32Array.from([1, 0]));
+  index.upsert('s', 'new2', 'm', Float32Array.from([0, 1, 0]));
+  index.upsert('s', 'old2', 'm', Float32Array.from([0, 1]));
+  t.equal(index.size('s'), 4);
+  t.same(index.search('s', 'm', Float32Array.from([1, 0, 0]), 10).map((h) => h.id), ['new1', 'new2']);
+  t.same(index.search('s', 'm', Float32Array.from([1, 0]), 10).map((h) => h.id), ['old1', 'old2']);
+  t.same([...index.models()], [['m', 4]]);
+  index.upsert('s', 'old1', 'm', Float32Array.from([0, 0, 1]));
+  t.same(index.search('s', 'm', Float32Array.from([0, 0, 1]), 10).map((h) => h.id), ['old1', 'new1', 'new2'], 're-embedded: moved');
+  t.same(index.search('s', 'm', Float32Array.from([1, 0]), 10).map((h) => h.id), ['old2']);
+  index.remove('s', 'old2');
+  t.equal(index.size('s'), 3);
 });
 
 t.test('vector index: sparse vectors through inserts, updates and removals score as exact cosine', async (t) => {
