@@ -8,6 +8,7 @@ import type { EventStore } from '../infra/eventstore/port.js';
 import { createLogger, type Logger } from '../infra/logger.js';
 import type { ReadStore } from '../infra/readstore/port.js';
 import { openStores } from '../infra/stores.js';
+import { Throttle } from '../infra/throttle.js';
 import { startProjectionHost, type ProjectionHost } from '../projections/host.js';
 import { createMemoryApp } from './memory/app.js';
 import { ownerAuthenticator } from './memory/guard.js';
@@ -75,11 +76,9 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   projections = host;
 
   // last_used_at: at most one ApiKeyUsed event a minute per key, recorded off the request path.
-  const lastRecorded = new Map<string, number>();
+  const useRecords = new Throttle(USE_RECORD_INTERVAL_MS);
   const recordKeyUse = (use: KeyUse) => {
-    const now = clock().getTime();
-    if (now - (lastRecorded.get(use.key_id) ?? 0) < USE_RECORD_INTERVAL_MS) return;
-    lastRecorded.set(use.key_id, now);
+    if (!useRecords.pass(use.key_id, clock().getTime())) return;
     // Caused by the request that used the key: its X-Request-Id correlates the event.
     const id = randomUUID();
     const correlation = use.correlation_id ?? id;
