@@ -32,6 +32,8 @@ export const apiKeyDecider: Decider<ApiKeyState, ApiKeyCommand, ApiKeyEvent> = {
           if (replayOf(state, ctx)) return [];
           throw new DomainError('conflict', 'api key already exists');
         }
+        // Every way of creating a key (API, operator CLI) gets a label to show in listings.
+        if (command.data.name.trim() === '') throw new DomainError('invalid', 'an api key name must not be empty or only whitespace');
         return [{ type: 'ApiKeyCreated', data: { ...command.data, created_by: ctx.actor, created_at: ctx.now, request_key: ctx.request_key, request_hash: ctx.request_hash } }];
       case 'RevokeApiKey':
         if (state.status === 'none' || state.project_id !== command.data.project_id) throw new DomainError('not_found', 'api key not found');

@@ -231,6 +231,19 @@ t.test('a key revoked through one node stops working on another that shares the 
   t.equal(onB, 401, `refused by node B once its projection sees the revocation (after ${Date.now() - started} ms)`);
 });
 
+t.test('key creation: names of 1-100 characters, not blank; omitted is "default"', async (t) => {
+  const { projectId, session } = await projectWithKey(app, 'tenant-key-names');
+  const create = (json: Record<string, unknown>) => app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json });
+  const blank = await create({ name: '   ' });
+  t.equal(blank.status, 400, 'a blank name is refused, as a blank project name is');
+  t.match(await blank.json(), { errors: [{ location: 'body.name', message: /whitespace/ }] });
+  t.equal((await create({ name: '' })).status, 400);
+  t.equal((await create({ name: 'x'.repeat(101) })).status, 400);
+  t.match(await (await create({ name: 'x'.repeat(100) })).json(), { name: 'x'.repeat(100) });
+  t.match(await (await create({ name: '  ci  ' })).json(), { name: 'ci' }, 'trimmed');
+  t.match(await (await create({})).json(), { name: 'default' });
+});
+
 t.test('key creation: a repeat with the same Idempotency-Key is 409, and a slow read model never loses the secret', async (t) => {
   const { projectId, session } = await projectWithKey(app, 'tenant-key-replay');
   const headers = { ...bearer(session), 'Idempotency-Key': 'create-key-0001' };

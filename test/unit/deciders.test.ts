@@ -22,6 +22,7 @@ t.test('api keys', async (t) => {
   const data = { key_id: 'k1', project_id: 'p1', tenant_id: 't1', name: 'n', key_prefix: 'sk_abc', key_hash: 'h', scopes: ['*'], expires_at: null };
   const created: ApiKeyCreated = { type: 'ApiKeyCreated', data: { ...data, created_by: ctx.actor, created_at: ctx.now, request_key: 'r1', request_hash: 'h1' } };
   spec.given([]).when({ type: 'CreateApiKey', data }).then([created]);
+  spec.given([]).when({ type: 'CreateApiKey', data: { ...data, name: ' \t' } }).thenThrows('invalid');
   spec.given([created]).when({ type: 'RevokeApiKey', data: { key_id: 'k1', project_id: 'p1' } })
     .then([{ type: 'ApiKeyRevoked', data: { key_id: 'k1', project_id: 'p1', revoked_by: ctx.actor, revoked_at: ctx.now } }]);
   spec.given([created]).when({ type: 'RevokeApiKey', data: { key_id: 'k1', project_id: 'other' } }).thenThrows('not_found');

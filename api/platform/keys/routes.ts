@@ -8,7 +8,7 @@ import { DomainError } from '../../../domain/shared/decider.js';
 import { ConsistencyTimeoutError } from '../../../projections/runner.js';
 import { ProblemError } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
-import { check } from '../../http/validation.js';
+import { check, nonBlank } from '../../http/validation.js';
 import { Success } from '../../shared/schemas.js';
 import { requireProject, type PlatformDeps } from '../context.js';
 import { generateApiKey } from '../../../infra/apikeys.js';
@@ -40,7 +40,7 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         const expiresAt = body.expires_at ?? null;
         // RFC 3339 allows second 60 (a leap second), which JavaScript dates cannot hold.
         const expiry = expiresAt === null ? null : Date.parse(expiresAt);
-        check(expiry !== null && Number.isNaN(expiry)
+        check(nonBlank('body.name', body.name), expiry !== null && Number.isNaN(expiry)
           ? { location: 'body.expires_at', message: 'must be a date-time JavaScript can represent (second 60, a leap second, is not)', value: expiresAt }
           : expiry !== null && expiry <= clock().getTime() ? { location: 'body.expires_at', message: 'must be in the future', value: expiresAt } : undefined);
         // With an Idempotency-Key the retried request targets the same key stream; its secret cannot be
@@ -48,7 +48,7 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         const keyId = meta.request_key.startsWith('idem:') ? uuidv5(`${project.project_id}/${meta.request_key}`, KEY_ID_NAMESPACE) : randomUUID();
         const { key, prefix, hash } = generateApiKey();
         const data = {
-          key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name?.trim() || 'default',
+          key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name?.trim() ?? 'default',
           key_prefix: prefix, key_hash: hash, scopes: body.scopes ?? ['*'], expires_at: expiry !== null ? new Date(expiry).toISOString() : null,
         };
         const replayed = () => new ProblemError(409, 'idempotency-replay', 'this Idempotency-Key already created a key; its secret cannot be shown again');
