@@ -8,12 +8,19 @@ import { eventCommands } from './events.js';
 import { keyCommands } from './keys.js';
 import { projectCommands } from './projects.js';
 import { projectionCommands } from './projections.js';
+import { OpsError } from './runtime.js';
 import { streamCommands } from './streams.js';
 
 const program = new Command('ops')
   .description('Cairn operator tools: inspect the event log and read models, rebuild projections, bootstrap projects and keys')
   .showHelpAfterError('(add --help for usage)')
   .exitOverride();
+
+// `ops … | head`: once the reader is gone, stop quietly as other Unix tools do, instead of a stack trace.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code !== 'EPIPE') throw error;
+  process.exit(process.exitCode ?? 0);
+});
 
 streamCommands(program);
 eventCommands(program);
@@ -29,7 +36,7 @@ try {
     process.exitCode = error.exitCode;
   } else {
     process.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
-    process.exitCode = 1;
+    process.exitCode = error instanceof OpsError ? error.exitCode : 1;
   }
 }
 // Stores are closed by now; don't let a stray handle (a driver's timer) keep the process alive.

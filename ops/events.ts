@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { printJsonLine } from './output.js';
+import { jsonLine, writeOut } from './output.js';
 import { commaList, nonNegativeInt, positiveInt, withStores } from './runtime.js';
 import { eventView } from './streams.js';
 
@@ -20,8 +20,8 @@ export function eventCommands(program: Command): void {
         let seen = 0;
         for await (const event of events.subscribeToAll(from, { filter, signal: abort.signal })) {
           const view = eventView(event);
-          if (opts.json) printJsonLine(view);
-          else process.stdout.write(`${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${JSON.stringify(view.data)}\n`);
+          await writeOut(opts.json ? jsonLine(view)
+            : `${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${JSON.stringify(view.data)}\n`);
           if (opts.count !== undefined && ++seen >= opts.count) break;
         }
       } finally {

@@ -1,12 +1,22 @@
 /** Output for humans (aligned tables) and for scripts (`--json`). Data goes to stdout, everything else to stderr. */
+import { once } from 'node:events';
 
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
 }
 
 /** One compact JSON document per line, for streams of records (`events tail --json`). */
-export function printJsonLine(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value)}\n`);
+export function jsonLine(value: unknown): string {
+  return `${JSON.stringify(value)}\n`;
+}
+
+/**
+ * For long outputs (`events tail` catching up with a large log): waits while a piped reader is behind, and
+ * otherwise gives the event loop a turn, so that Ctrl-C is handled and unread output does not pile up in memory.
+ */
+export async function writeOut(text: string): Promise<void> {
+  if (!process.stdout.write(text)) await once(process.stdout, 'drain');
+  else await new Promise((resolve) => setImmediate(resolve));
 }
 
 export function cell(value: unknown): string {

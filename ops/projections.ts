@@ -52,12 +52,22 @@ export function projectionCommands(program: Command): void {
           : undefined;
         let applied = 0;
         const started = Date.now();
+        // Ctrl-C stops the rebuild between batches and drops its unfinished generation.
+        const abort = new AbortController();
+        const stop = () => abort.abort();
+        process.once('SIGINT', stop);
         bar?.start(0, 0, { applied });
         const checkpoint = await rebuildProjection(events, reads, projection, (p) => {
           applied = p.applied;
           bar?.setTotal(p.head);
           bar?.update(p.position, { applied });
-        }).finally(() => bar?.stop());
+        }, abort.signal).catch((error: unknown) => {
+          if (abort.signal.aborted) throw new OpsError(`rebuild of ${name} interrupted; the live generation is unchanged`, 130);
+          throw error;
+        }).finally(() => {
+          process.off('SIGINT', stop);
+          bar?.stop();
+        });
         if (opts.json) return printJson({ ...checkpoint, applied });
         process.stdout.write(`rebuilt ${name}: generation ${checkpoint.generation} is live at position ${checkpoint.position} `
           + `(${applied} events applied in ${((Date.now() - started) / 1000).toFixed(1)} s)\n`);

@@ -33,5 +33,5 @@ export function projectCommands(program: Command): void {
         opsRequestMeta({ project_id: projectId, tenant_id: tenant }));
       if (opts.json) return printJson({ project_id: projectId, tenant_id: tenant, name, position: result.position });
       process.stdout.write(`project ${projectId} created (tenant ${tenant}, position ${result.position})\n`);
-    }));
+    }, { create: true }));
 }

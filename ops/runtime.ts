@@ -2,6 +2,8 @@ import type { TSchema } from 'typebox';
 import { ProblemError } from '../api/http/problem.js';
 import { Validator } from '../api/http/validation.js';
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { InvalidArgumentError } from 'commander';
 import type { RequestMeta } from '../commands/bus.js';
 import { loadConfig } from '../infra/config.js';
@@ -9,9 +11,12 @@ import type { EventStore } from '../infra/eventstore/port.js';
 import type { ReadStore } from '../infra/readstore/port.js';
 import { openStores } from '../infra/stores.js';
 
-/** An operator mistake (unknown name, missing project…): printed as one line, exit code 1. */
+/** An operator mistake (unknown name, missing project…) or interruption: printed as one line, exit code 1 unless given. */
 export class OpsError extends Error {
   override readonly name = 'OpsError';
+  constructor(message: string, readonly exitCode = 1) {
+    super(message);
+  }
 }
 
 /**
@@ -36,10 +41,18 @@ export interface Stores {
   reads: ReadStore;
 }
 
-/** Opens the same stores as the server (DATA_DIR / EVENTSTORE_URL / MONGODB_URL) for one command, and closes them. */
-export async function withStores<T>(fn: (stores: Stores) => Promise<T>): Promise<T> {
+/**
+ * Opens the same stores as the server (DATA_DIR / EVENTSTORE_URL / MONGODB_URL) for one command, and closes them.
+ * Only `create` (bootstrapping a new data dir) may start an embedded log: anywhere else a DATA_DIR without one
+ * is a mistyped path, which would otherwise show an empty log and leave new files behind.
+ */
+export async function withStores<T>(fn: (stores: Stores) => Promise<T>, options: { create?: boolean } = {}): Promise<T> {
+  const config = loadConfig();
+  if (!config.eventStoreUrl && !options.create && !existsSync(join(config.dataDir, 'events.db'))) {
+    throw new OpsError(`no event log in ${config.dataDir} (set DATA_DIR to the server's data directory)`);
+  }
   // Most commands only read the log: its writer thread starts only for one that appends.
-  const stores = await openStores(loadConfig(), { appends: false });
+  const stores = await openStores(config, { appends: false });
   try {
     return await fn(stores);
   } finally {

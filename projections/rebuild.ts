@@ -24,19 +24,38 @@ export class RebuildSupersededError extends Error {
  * Blue/green rebuild: writes a fresh generation from position 0 beside the live one, then swaps it in
  * once it has caught up with the head. Queries keep reading the old generation until the swap; a live
  * runner (in this process or another) sees its checkpoint moved and resumes from the new one.
+ * A rebuild that fails or is aborted (`signal`) drops its unfinished generation: nothing looks in progress.
  */
 export async function rebuildProjection(
-  events: EventStore, reads: ReadStore, projection: Projection, onProgress?: (p: RebuildProgress) => void,
+  events: EventStore, reads: ReadStore, projection: Projection, onProgress?: (p: RebuildProgress) => void, signal?: AbortSignal,
 ): Promise<CheckpointInfo> {
   const { name } = projection;
   await reads.register(name, projection.collections);
   const start = await reads.startRebuild(name);
+  try {
+    return await rebuildFrom(events, reads, projection, start, onProgress, signal);
+  } catch (error) {
+    // A superseding rebuild owns the slot now; abandonRebuild leaves its generation alone anyway.
+    await reads.abandonRebuild(name, start.generation).catch(() => undefined);
+    throw error;
+  }
+}
+
+async function rebuildFrom(
+  events: EventStore, reads: ReadStore, projection: Projection, start: CheckpointInfo,
+  onProgress?: (p: RebuildProgress) => void, signal?: AbortSignal,
+): Promise<CheckpointInfo> {
+  const { name } = projection;
   const generation = start.generation;
   let position = start.position;
   let applied = 0;
   let head = await events.headPosition();
   onProgress?.({ position, head, applied });
   for (;;) {
+    // On the embedded stores every read and write here completes on microtasks: without a turn of the
+    // event loop per batch, timers and signals (Ctrl-C, which aborts `signal`) wait until the rebuild ends.
+    await new Promise((resolve) => setImmediate(resolve));
+    signal?.throwIfAborted();
     const batch = await events.readAll(position, { limit: BATCH });
     if (batch.length === 0) {
       // Narrows (not closes) the window in which a rebuild started since our last batch would be swapped in instead.

@@ -313,6 +313,14 @@ export class EmbeddedReadStore implements ReadStore {
     }).immediate());
   }
 
+  async abandonRebuild(projection: string, generation: number): Promise<void> {
+    await this.exclusive(async () => this.db.transaction(() => {
+      if (this.slot(projection, 'rebuild')?.generation !== generation || this.slot(projection, 'live')?.generation === generation) return;
+      this.prepare(`DELETE FROM rm_checkpoints WHERE projection = ? AND slot = 'rebuild'`).run(projection);
+      this.dropTables(projection, generation);
+    }).immediate());
+  }
+
   async close(): Promise<void> {
     await this.lock;
     this.db.close();

@@ -301,6 +301,13 @@ export class MongoReadStore implements ReadStore {
     return { swapped: true, live: (await this.slot(projection, 'live'))! };
   }
 
+  async abandonRebuild(projection: string, generation: number): Promise<void> {
+    // A swap interrupted after its update leaves rebuild === live: that generation is live, not abandoned.
+    if ((await this.slot(projection, 'live'))?.generation === generation) return;
+    const { deletedCount } = await this.checkpoints.deleteOne({ _id: slotId(projection, 'rebuild'), generation });
+    if (deletedCount > 0) await this.dropCollections(projection, generation);
+  }
+
   async close(): Promise<void> {
     await this.client.close();
   }

@@ -78,6 +78,11 @@ export interface ReadStore {
    * loses an event that readers were told (by the live position) had been applied.
    */
   finishRebuild(projection: string): Promise<{ swapped: boolean; live: CheckpointInfo }>;
+  /**
+   * Drops an unfinished rebuild (interrupted or failed) and its generation, if `generation` is still the
+   * one in the rebuild slot and not live; otherwise nothing changes. The live generation is untouched.
+   */
+  abandonRebuild(projection: string, generation: number): Promise<void>;
   listCheckpoints(): Promise<CheckpointInfo[]>;
   close(): Promise<void>;
 }

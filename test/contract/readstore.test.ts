@@ -277,6 +277,19 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.same(await subject.physical(), ['agents@4', 'docs@4', 'others@1']);
   });
 
+  await t.test('abandonRebuild drops an unfinished generation, and only that one', async (t) => {
+    const live = await store.checkpoint('alpha');
+    const started = await store.startRebuild('alpha');
+    await store.abandonRebuild('alpha', started.generation - 1);
+    t.same(await store.rebuildCheckpoint('alpha'), started, 'not a generation in the rebuild slot: nothing changes');
+    await store.abandonRebuild('alpha', started.generation);
+    t.equal(await store.rebuildCheckpoint('alpha'), undefined);
+    t.same(await store.checkpoint('alpha'), live, 'the live checkpoint is untouched');
+    t.same(await subject.physical(), ['agents@4', 'docs@4', 'others@1'], 'the unfinished tables are gone');
+    await store.abandonRebuild('alpha', live.generation);
+    t.same(await store.checkpoint('alpha'), live, 'the live generation is never abandoned');
+  });
+
   await t.test('listCheckpoints: the live checkpoint of every projection', async (t) => {
     await store.startRebuild('beta');
     t.same(await store.listCheckpoints(), [await store.checkpoint('alpha'), await store.checkpoint('beta')]);

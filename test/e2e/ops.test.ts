@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -65,6 +66,56 @@ t.test('--help works for every command', async (t) => {
   const failing = await start(['projections', 'status'], { EMBEDDINGS_PROVIDER: 'nope' }).done;
   t.equal(failing.code, 1, 'a command that needs the setting fails with its message');
   t.match(failing.stderr, /EMBEDDINGS_PROVIDER must be local, openai or none/);
+});
+
+t.test('a DATA_DIR without an event log (a mistyped path) is refused, and left as it was', async (t) => {
+  const missing = join(dataDir, 'typo');
+  for (const args of [['streams', 'list'], ['events', 'tail', '--count', '1'], ['projections', 'status'], ['keys', 'create', '--project', randomUUID()]]) {
+    const run = await start(args, { DATA_DIR: missing }).done;
+    t.equal(run.code, 1, args.join(' '));
+    t.match(run.stderr, /^error: no event log in .*typo \(set DATA_DIR/);
+    t.equal(run.stderr.split('\n').length, 2, 'one line');
+  }
+  t.notOk(existsSync(missing), 'nothing was created');
+});
+
+t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild stops and leaves nothing behind', async (t) => {
+  const bigDir = join(dataDir, 'big');
+  const total = 100_000;
+  const writer = new EmbeddedEventStore(join(bigDir, 'events.db'));
+  const meta = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() };
+  for (let s = 0; s < total / 2000; s++) {
+    await writer.append(`ops-big-${s}`, Array.from({ length: 2000 }, (_, i) => ({ id: randomUUID(), type: 'OpsTestPinged', data: { i }, metadata: meta })), 'no_stream');
+  }
+  await writer.close();
+  const big = { DATA_DIR: bigDir };
+
+  const tail = start(['events', 'tail', '--from', '0', '--json'], big);
+  tail.child.stdout.once('data', () => tail.child.kill('SIGINT'));
+  const tailed = await tail.done;
+  t.equal(tailed.code, 0, tailed.stderr);
+  const lines = tailed.stdout.split('\n').filter(Boolean).length;
+  t.ok(lines < total / 2, `stopped after ${lines} of ${total} events`);
+
+  const rebuild = start(['projections', 'rebuild', 'projects', '--json'], big);
+  const reads = new EmbeddedReadStore(join(bigDir, 'readmodels.db'));
+  t.teardown(() => reads.close());
+  // Once, as an operator presses Ctrl-C: a second one ends the process at once.
+  const poll = setInterval(() => {
+    reads.rebuildCheckpoint('projects').then((slot) => {
+      if (slot && slot.position > 0 && poll.hasRef()) {
+        poll.unref();
+        rebuild.child.kill('SIGINT');
+      }
+    }, () => undefined);
+  }, 2);
+  const rebuilt = await rebuild.done;
+  clearInterval(poll);
+  t.equal(rebuilt.code, 130, rebuilt.stderr);
+  t.equal(rebuilt.stdout, '');
+  t.match(rebuilt.stderr, /^error: rebuild of projects interrupted; the live generation is unchanged\n$/);
+  t.equal(await reads.rebuildCheckpoint('projects'), undefined, 'no rebuild looks in progress');
+  t.match(await reads.checkpoint('projects'), { position: 0, generation: 1 }, 'the live generation is untouched');
 });
 
 t.test('operator workflow on one data dir', async (t) => {
@@ -178,6 +229,16 @@ t.test('operator workflow on one data dir', async (t) => {
     const printed = run.stdout.trim().split('\n').map((l) => JSON.parse(l));
     t.equal(printed.length, 4);
     t.match(printed[3], { position: appended.position, type: 'OpsTestPinged', stream: 'ops-test-live' });
+  });
+
+  await t.test('output into a pipe closed by its reader (`| head`) ends quietly', async (t) => {
+    for (const args of [['streams', 'list'], ['stream', 'show', stream, '--json'], ['events', 'tail', '--from', '0']]) {
+      const run = start(args);
+      run.child.stdout.destroy();
+      const { code, stderr } = await run.done;
+      t.equal(code, 0, `${args.join(' ')} exits 0`);
+      t.equal(stderr, '', 'no stack trace');
+    }
   });
 
   await t.test('projections rebuild', async (t) => {
