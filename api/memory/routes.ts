@@ -7,10 +7,10 @@ import {
 import type { Logger } from '../../infra/logger.js';
 import type { ChatProvider } from '../../infra/providers/chat.js';
 import { ProviderError } from '../../infra/providers/http.js';
-import type { ReadStore } from '../../infra/readstore/port.js';
+import type { ReadStore, Stored } from '../../infra/readstore/port.js';
 import { MEMORIES, MEMORIES_PROJECTION, memoryDocId, type MemoryDoc } from '../../projections/memory/memories.js';
 import { PERSONALITY_PROJECTION } from '../../projections/memory/personality.js';
-import { decodeVector, VECTORS, type VectorDoc } from '../../projections/memory/vectors.js';
+import { decodeVector, VECTORS, VECTORS_PROJECTION, type VectorDoc } from '../../projections/memory/vectors.js';
 import { ProblemError, type ProblemFieldError } from '../http/problem.js';
 import { route, type RouteDef } from '../http/routes.js';
 import { byteLimit, check, nonBlank } from '../http/validation.js';
@@ -226,13 +226,14 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const texts = new Set<string>();
         for (const raw of extracted) {
           const fact = normalizeText(raw);
-          if (fact === '' || Buffer.byteLength(fact, 'utf8') > MAX_TEXT_BYTES || texts.has(fact)) continue;
+          // Dropped like a text POST /v1/memories refuses: blank, oversize, or not well-formed Unicode.
+          if (fact === '' || Buffer.byteLength(fact, 'utf8') > MAX_TEXT_BYTES || wellFormed('', fact) || texts.has(fact)) continue;
           texts.add(fact);
           facts.push(fact);
         }
         if (extracted.length > 0 && facts.length === 0) {
-          // Blank or over the text limit, every one: not "the text held no facts".
-          log.error({ provider: 'chat', extracted: extracted.length, upstream_reply: reply.slice(0, 2000) }, 'ingest: none of the extracted facts can be stored (blank or over 8,192 bytes)');
+          // Blank, over the text limit or not well-formed, every one: not "the text held no facts".
+          log.error({ provider: 'chat', extracted: extracted.length, upstream_reply: reply.slice(0, 2000) }, 'ingest: none of the extracted facts can be stored (blank, over 8,192 bytes or not well-formed Unicode)');
           throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
         }
         if (facts.length > MAX_FACTS_PER_INGEST) log.warn({ extracted: facts.length }, `ingest: keeping the first ${MAX_FACTS_PER_INGEST} facts`);
@@ -273,14 +274,14 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'GET', path: '/v1/export', operationId: 'exportScope', tag: TAG, auth: ['owner'],
       summary: 'Every live memory of the scope with its vector, and the personality',
-      description: 'Live records only; deleted memories are never exported. Contains personal data: treat it as private.',
+      description: 'Live records only; deleted memories are never exported. A `vector` is always the embedding of the exported text (absent when embeddings are not configured or the provider refused that text). Contains personal data: treat it as private.',
       query: ScopeQuery, readModels: retrieval.allReadModels(),
       responses: { 200: { description: 'the scope\'s data', schema: ExportResponse } },
       errors: READ_ERRORS,
       async handler({ query }) {
         const { agent, user } = query;
         await retrieval.consistent(retrieval.allReadModels());
-        const vectors = new Map<string, VectorDoc>();
+        const vectors = new Map<string, Stored<VectorDoc>>();
         if (retrieval.hasVectors) {
           for (let cursor: string | undefined; ;) {
             const page = await reads.find<VectorDoc>(VECTORS, { where: { agent, user }, limit: 10_000, cursor });
@@ -289,16 +290,29 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
             cursor = page.next_cursor;
           }
         }
-        const memories = [];
+        const docs: Array<Stored<MemoryDoc>> = [];
         for (let cursor: string | undefined; ;) {
           const page = await reads.find<MemoryDoc>(MEMORIES, { where: { agent, user }, sort: { field: 'created_at', order: 'asc' }, limit: 10_000, cursor });
-          for (const doc of page.items) {
-            const v = vectors.get(doc.memory_id);
-            memories.push({ ...toView(doc), ...(v ? { vector: Array.from(decodeVector(v.vector, v.dim), (x) => Number(x.toPrecision(9))), vector_model: v.model } : {}) });
-          }
+          docs.push(...page.items);
           if (!page.next_cursor) break;
           cursor = page.next_cursor;
         }
+        // A vector belongs to the text it was computed from: both documents carry the position of the event
+        // that set the text. A memory changed after this request arrived can be ahead in `memories` (which
+        // needs no provider call): wait for its vector, and export none rather than an older text's.
+        const behind = retrieval.hasVectors ? docs.filter((doc) => vectors.get(doc.memory_id)?._position !== doc._position) : [];
+        if (behind.length > 0) {
+          await deps.waitFor([VECTORS_PROJECTION], behind.reduce((max, doc) => Math.max(max, doc._position), 0));
+          for (const doc of behind) {
+            const v = await reads.get<VectorDoc>(VECTORS, doc.id);
+            if (v?._position === doc._position) vectors.set(doc.memory_id, v);
+            else vectors.delete(doc.memory_id);
+          }
+        }
+        const memories = docs.map((doc) => {
+          const v = vectors.get(doc.memory_id);
+          return { ...toView(doc), ...(v ? { vector: Array.from(decodeVector(v.vector, v.dim), (x) => Number(x.toPrecision(9))), vector_model: v.model } : {}) };
+        });
         const personality = await retrieval.personality({ agent, user });
         return { body: { scope: { agent, user }, personality: personality?.personality ?? '', memories } };
       },

@@ -113,11 +113,17 @@ export type RememberedRequest =
 
 type StoreOutcome = MemoryStored | MemoryUpdated;
 
+/**
+ * `now`, or `earlier` when the clock reads before it (stepped back, or another node's clock behind):
+ * an update is never dated before the memory's creation or its previous update.
+ */
+const notBefore = (now: string, earlier: string) => (now < earlier ? earlier : now);
+
 function store(state: MemoryState, scope: Scope, memoryId: string, text: string, session: string | null, now: string): StoreOutcome[] {
   const existing = state.memories.get(memoryId);
   if (!existing) return [{ type: 'MemoryStored', data: { ...scope, memory_id: memoryId, text, session, created_at: now } }];
   if (existing.text_key === textKey(text) && existing.session === session) return [];
-  return [{ type: 'MemoryUpdated', data: { ...scope, memory_id: memoryId, text, session, created_at: existing.created_at, updated_at: now } }];
+  return [{ type: 'MemoryUpdated', data: { ...scope, memory_id: memoryId, text, session, created_at: existing.created_at, updated_at: notBefore(now, existing.updated_at) } }];
 }
 
 /**
@@ -214,7 +220,7 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
       }
       case 'SetPersonality':
         if (state.personality?.fingerprint === personalityFingerprint(command.data.personality)) return [];
-        return [{ type: 'PersonalitySet', data: { ...scope, personality: command.data.personality, updated_at: ctx.now } }];
+        return [{ type: 'PersonalitySet', data: { ...scope, personality: command.data.personality, updated_at: notBefore(ctx.now, state.personality?.updated_at ?? ctx.now) } }];
       case 'DeleteScope': {
         const { request_fingerprint: request } = command.data;
         const first = request !== undefined ? state.requests.get(request) : undefined;

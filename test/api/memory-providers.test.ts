@@ -177,6 +177,21 @@ t.test('ingest tolerates fenced or slightly malformed JSON from local models', a
   t.same(none.body, { facts: [] }, 'an explicit empty list is a real empty result');
 });
 
+t.test('ingest drops facts that are not well-formed Unicode, like a text sent to POST /v1/memories would be refused', async (t) => {
+  const scope = freshScope();
+  // JSON escapes of an unpaired surrogate: hashing and UTF-8 would make it the memory of "\ufffd" instead.
+  server.chat.push('{"facts": ["The user hums \\ud800 tunes", "The user likes tea"]}');
+  const res = await app.memory('POST', '/v1/ingest', { scope, text: 'chat' });
+  t.equal(res.status, 200, res.text);
+  t.same(res.body.facts.map((f: { text: string }) => f.text), ['The user likes tea']);
+  const replaced = await app.memory('POST', '/v1/memories', { scope, text: 'The user hums \ufffd tunes' });
+  t.equal(replaced.body.text, 'The user hums \ufffd tunes', 'a text with U+FFFD is its own memory');
+  t.same((await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`)).body.memories.map((m: { text: string }) => m.text),
+    ['The user likes tea', 'The user hums \ufffd tunes']);
+  server.chat.push('{"facts": ["\\udc00"]}');
+  t.equal((await app.memory('POST', '/v1/ingest', { scope, text: 'chat' })).status, 500, 'none storable: a provider failure, as for blank facts');
+});
+
 t.test('ingest: an unreadable reply is a 500, never an empty success', async (t) => {
   const scope = freshScope();
   server.chat.push('I am sorry, I cannot help with that. UNREADABLE-REPLY-7');
@@ -382,6 +397,52 @@ t.test('EMBEDDINGS_PROVIDER=openai: components beyond Float32\'s range still mak
   t.ok(Math.abs(same.body.results[0].score - 1) < 1e-6, `cosine with itself is 1 (${same.body.results[0].score})`);
   const exported = await remote.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
   t.same(exported.body.memories.find((m: { id: string }) => m.id === huge.body.id).vector[away], 1, 'exported as a unit vector');
+});
+
+t.test('export pairs each memory with the vector of its own text, also while the vectors projection is behind a later update', async (t) => {
+  const embedServer = await startOpenAiServer();
+  t.teardown(() => embedServer.close());
+  // Holds the provider's reply for a text until the test lets it go.
+  const held = new Map<string, { arrived: () => void; arrival: Promise<void>; release: () => void; released: Promise<void> }>();
+  const hold = (text: string) => {
+    let arrived!: () => void, release!: () => void;
+    const arrival = new Promise<void>((r) => { arrived = r; });
+    const released = new Promise<void>((r) => { release = r; });
+    held.set(text, { arrived, arrival, release, released });
+    return held.get(text)!;
+  };
+  embedServer.beforeEmbeddings = async (inputs) => {
+    for (const input of inputs) {
+      const h = held.get(input);
+      if (h) { h.arrived(); await h.released; }
+    }
+  };
+  const remote = await startApp({ EMBEDDINGS_PROVIDER: 'openai', EMBEDDINGS_BASE_URL: embedServer.url, LLM_EMBEDDING_MODEL: 'test-embed-16', LLM_TIMEOUT_MS: '5000', LLM_MAX_RETRIES: '0' });
+  t.teardown(() => remote.stop());
+  const scope = freshScope();
+  const exportPath = `/v1/export?agent=${scope.agent}&user=${scope.user}`;
+  const dims = (v: number[]) => v.flatMap((x, i) => (x !== 0 ? [i] : []));
+  await remote.memory('POST', '/v1/memories', { scope, id: 'fav', text: 'apples and pears' });
+  t.same(dims((await remote.memory('GET', exportPath)).body.memories[0].vector), dims(bagOfWords('apples and pears')));
+
+  const second = hold('trains and buses');
+  const third = hold('violins');
+  await remote.memory('POST', '/v1/memories', { scope, id: 'fav', text: 'trains and buses' });
+  await second.arrival;
+  // This export waits for the vectors of every write acknowledged before it: the second text's.
+  const exported = remote.memory('GET', exportPath);
+  const updated = await remote.memory('POST', '/v1/memories', { scope, id: 'fav', text: 'violins' });
+  const seen = await fetch(`${remote.memoryUrl}/v1/search`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json', 'X-Min-Position': updated.headers.get('x-event-position')! },
+    body: JSON.stringify({ scope, query: 'violins' }),
+  });
+  t.equal(seen.status, 200, 'the memories read model has the third text');
+  second.release();
+  await third.arrival;
+  third.release();
+  const memory = (await exported).body.memories[0];
+  t.equal(memory.text, 'violins');
+  t.same(dims(memory.vector), dims(bagOfWords('violins')), 'the vector of the exported text, never the one of a text it held before');
 });
 
 for (const thread of ['true', 'false']) t.test(`embeddings: a text the provider refuses for good gets no vector, and the projection carries on (PROJECTIONS_THREAD=${thread})`, async (t) => {

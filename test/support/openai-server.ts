@@ -40,6 +40,8 @@ export interface OpenAiServer {
   defaultChat(body: any): string;
   /** The default embedding of one input. */
   embed(text: string): number[];
+  /** When set, an embeddings reply waits for it (to hold the vector projection at a chosen event). */
+  beforeEmbeddings?: (inputs: string[]) => Promise<void>;
   chatRequests(): RecordedRequest[];
   embeddingRequests(): RecordedRequest[];
   close(): Promise<void>;
@@ -124,6 +126,7 @@ export async function startOpenAiServer(options: { apiKey?: string } = {}): Prom
       return send(res, 200, JSON.stringify(chatCompletion(body?.model ?? 'test-model', content)));
     }
     const inputs: string[] = Array.isArray(body?.input) ? body.input : [body?.input];
+    await state.beforeEmbeddings?.(inputs.map(String));
     send(res, 200, JSON.stringify({
       object: 'list',
       model: body?.model,

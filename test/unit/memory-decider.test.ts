@@ -49,6 +49,11 @@ t.test('StoreMemory', async (t) => {
   t.test('session null and "" differ from a label', async (t) => given([stored('m1', 'tea', null)], t).when(store('m1', 'tea', 'x')).then([
     { type: 'MemoryUpdated', data: { ...scope, memory_id: 'm1', text: 'tea', session: 'x', created_at: T0, updated_at: T1 } },
   ]));
+  t.test('a clock behind the last change (stepped back, another node) → updated_at not before it', async (t) => given([
+    stored('m1', 'tea', null, T1),
+  ], t).when(store('m1', 'coffee'), T0).then([
+    { type: 'MemoryUpdated', data: { ...scope, memory_id: 'm1', text: 'coffee', session: null, created_at: T1, updated_at: T1 } },
+  ]));
   t.test('after delete the id can be stored again (a new memory)', async (t) => given([
     stored('m1', 'tea'), { type: 'MemoryDeleted', data: { ...scope, memory_id: 'm1', deleted_at: T0 } },
   ], t).when(store('m1', 'tea')).then([stored('m1', 'tea', null, T1)]));
@@ -73,6 +78,8 @@ t.test('SetPersonality', async (t) => {
   t.test('same text → nothing', async (t) => given([{ type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T0 } }], t).when(set).then([]));
   t.test('other text → PersonalitySet', async (t) => given([{ type: 'PersonalitySet', data: { ...scope, personality: 'grumpy', updated_at: T0 } }], t).when(set)
     .then([{ type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T1 } }]));
+  t.test('a clock behind the last change → updated_at not before it', async (t) => given([{ type: 'PersonalitySet', data: { ...scope, personality: 'grumpy', updated_at: T1 } }], t)
+    .when(set, T0).then([{ type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T1 } }]));
 });
 
 t.test('DeleteScope', async (t) => {
