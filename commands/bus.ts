@@ -183,7 +183,12 @@ export class CommandBus {
         });
         return await Promise.all(decided.each.map(async (d, i) => {
           const k = decided.writing.findIndex((w) => w.i === i);
-          if (k >= 0) return { ...d.result, position: appended[k]!.position, revision: appended[k]!.revision };
+          if (k >= 0) {
+            const { position, revision } = appended[k]!;
+            if (revision === d.result.revision) return { ...d.result, position, revision };
+            // An idempotent replay: this decision was not written. Answer with what was, and with the stream as it is.
+            return { ...(await this.replayed(streams[i]!, steps[i]!.decider, decided.writing[k]!.events, revision)), position, revision };
+          }
           // Nothing to append: the answer stands once the events it was decided on are durable. If those
           // fail to append, it was decided on a state that never was: decide again.
           return { ...d.result, position: await decided.entries[i]!.position };
@@ -196,6 +201,19 @@ export class CommandBus {
         if (!(error instanceof WrongExpectedVersionError) || attempt >= MAX_ATTEMPTS) throw error;
       }
     }
+  }
+
+  /**
+   * The events an idempotent replay found in the log (the same ids, appended by the first request with the
+   * same key, ending at `revision`) and the stream's state from the log. A decision made again on a later
+   * state (a request older than a decider remembers) can differ from what the first one wrote: the answer
+   * must be what was written, not what would have been.
+   */
+  private async replayed<State, Event extends DomainEvent>(stream: string, decider: Decider<State, unknown, Event>, ids: NewEvent[], revision: number) {
+    const stored = await this.store.readStream(stream, { fromRevision: revision - ids.length + 1, limit: ids.length });
+    if (stored.length !== ids.length || stored.some((e, i) => e.id !== ids[i]!.id)) throw new Error(`idempotent replay on ${stream}: the log does not hold the events it reported`);
+    const { state } = await this.load(stream, decider);
+    return { events: stored.map((e) => ({ type: e.type, data: e.data }) as Event), state };
   }
 
   /** The log has events of `stream` past the cached state: another process appended to it. */

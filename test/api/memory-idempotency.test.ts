@@ -147,6 +147,53 @@ t.test('the scope remembers its last 64 deletions and ingests sent with a key', 
   t.equal((await call('DELETE', `/v1/memories?${q(scope, `&id=${ids[0]}`)}`, { key: 'bulk-0' })).status, 404, 'the 65th newest: forgotten');
 });
 
+t.test('a forgotten key repeated on a changed scope answers what was written, never a deletion that did not happen', async (t) => {
+  const scope = freshScope();
+  await store(scope, 'wren at dawn');
+  const first = await call('DELETE', `/v1/scope?${q(scope)}`, { key: 'old-wipe' });
+  t.same(first.body, { scope, deleted: 1, personality_deleted: false });
+  // 64 later keyed deletions push the first out of what the scope remembers.
+  for (let i = 0; i < 64; i++) {
+    await store(scope, `sparrow ${i}`);
+    t.same((await call('DELETE', `/v1/scope?${q(scope)}`, { key: `later-wipe-${i}` })).body.deleted, 1);
+  }
+  await store(scope, 'robin at noon');
+  await store(scope, 'owl at night');
+  const head = await app.events.headPosition();
+  // Decided again on today's scope it would delete 2, but its event ids are the first deletion's: the
+  // log holds that one already, so nothing is written, and the answer is the deletion that was.
+  const repeat = await call('DELETE', `/v1/scope?${q(scope)}`, { key: 'old-wipe' });
+  t.equal(repeat.status, 200);
+  t.same(repeat.body, first.body, 'the first deletion, not "deleted: 2"');
+  t.equal(repeat.position, first.position);
+  t.equal(await app.events.headPosition(), head, 'nothing written');
+  t.same((await exported(scope)).sort(), ['owl at night', 'robin at noon'], 'and nothing deleted');
+});
+
+t.test('POST /v1/memories and PUT /v1/personality repeated after a later change answer what the first one wrote', async (t) => {
+  const scope = freshScope();
+  const first = await call('POST', '/v1/memories', { json: { scope, text: 'a cormorant drying its wings', session: 's1' }, key: 'store-1' });
+  t.equal(first.status, 200);
+  await new Promise((r) => setTimeout(r, 5)); // so that a time taken now would differ from the first one's
+  const corrected = await store(scope, 'a shag drying its wings', { id: first.body.id });
+  t.equal(corrected.status, 200);
+  const head = await app.events.headPosition();
+  const repeat = await call('POST', '/v1/memories', { json: { scope, text: 'a cormorant drying its wings', session: 's1' }, key: 'store-1' });
+  t.equal(repeat.status, 200);
+  t.same(repeat.body, first.body, 'the first one\'s body, its times included');
+  t.equal(repeat.position, first.position);
+  t.equal(await app.events.headPosition(), head, 'nothing written');
+  t.same(await exported(scope), ['a shag drying its wings'], 'the later correction stands');
+
+  const set = await call('PUT', '/v1/personality', { json: { scope, personality: 'Calm.' }, key: 'persona-1' });
+  await new Promise((r) => setTimeout(r, 5));
+  await call('PUT', '/v1/personality', { json: { scope, personality: 'Brisk.' } });
+  const again = await call('PUT', '/v1/personality', { json: { scope, personality: 'Calm.' }, key: 'persona-1' });
+  t.same(again.body, set.body, 'the first one\'s body, its updated_at included');
+  t.equal(again.position, set.position);
+  t.equal((await call('GET', `/v1/export?${q(scope)}`)).body.personality, 'Brisk.', 'the later change stands');
+});
+
 t.test('remembered across a restart (the state is folded from the log)', async (t) => {
   const durable = await startTestCairn({ LLM_BASE_URL: server.url });
   const scope = freshScope();
