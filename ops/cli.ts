@@ -8,6 +8,7 @@ import { eventCommands } from './events.js';
 import { keyCommands } from './keys.js';
 import { projectCommands } from './projects.js';
 import { projectionCommands } from './projections.js';
+import { brokenPipeMessage } from './output.js';
 import { OpsError } from './runtime.js';
 import { streamCommands } from './streams.js';
 
@@ -19,6 +20,8 @@ const program = new Command('ops')
 // `ops … | head`: once the reader is gone, stop quietly as other Unix tools do, instead of a stack trace.
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {
   if (error.code !== 'EPIPE') throw error;
+  const lost = brokenPipeMessage();
+  if (lost) process.stderr.write(`error: ${lost}\n`);
   process.exit(process.exitCode ?? 0);
 });
 

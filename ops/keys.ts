@@ -3,7 +3,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { generateApiKey } from '../infra/apikeys.js';
 import { CommandBus } from '../commands/bus.js';
 import { apiKeyDecider, apiKeyStream } from '../domain/apikeys/decider.js';
-import { notice, printJson } from './output.js';
+import { notice, writeSecret } from './output.js';
 import { loadProject } from './projects.js';
 import { CreateApiKeyBody } from '../api/platform/keys/schemas.js';
 import { commaList, OpsError, opsRequestMeta, validateAsApi, withStores } from './runtime.js';
@@ -39,10 +39,13 @@ export function keyCommands(program: Command): void {
         const result = await new CommandBus(events).handle(apiKeyStream(keyId), apiKeyDecider, { type: 'CreateApiKey', data },
           opsRequestMeta({ project_id: projectId, tenant_id: project.tenant_id }));
         // The key goes to stdout once and nowhere else: the log holds only its hash.
+        const lost = `key ${keyId} was created for project ${projectId} but could not be printed (its reader went away); `
+          + `revoke it (DELETE /api/v1/projects/${projectId}/keys/${keyId}) and create another`;
         if (opts.json) {
-          printJson({ key, key_id: keyId, project_id: data.project_id, key_prefix: prefix, scopes: data.scopes, expires_at: data.expires_at, position: result.position });
+          const created = { key, key_id: keyId, project_id: data.project_id, key_prefix: prefix, scopes: data.scopes, expires_at: data.expires_at, position: result.position };
+          await writeSecret(`${JSON.stringify(created, null, 2)}\n`, lost);
         } else {
-          process.stdout.write(`${key}\n`);
+          await writeSecret(`${key}\n`, lost);
           notice(`key ${keyId} created for project ${projectId} (scopes ${data.scopes.join(',')}, position ${result.position})`);
         }
         notice('warning: this key is not stored and cannot be shown again; keep it now.');

@@ -39,3 +39,22 @@ export function printTable<Row extends object>(rows: Row[], columns: Array<keyof
 export function notice(message: string): void {
   process.stderr.write(`${message}\n`);
 }
+
+/** What stderr says if stdout's reader goes away before a secret that exists nowhere else was written. */
+let brokenPipeNotice: string | undefined;
+
+export function brokenPipeMessage(): string | undefined {
+  return brokenPipeNotice;
+}
+
+/**
+ * Writes a secret that is shown once (a new API key). Until it is out the exit code is 1: a broken pipe
+ * (`ops keys create | …` whose reader is gone) must not pass for success, and stderr says what was lost.
+ */
+export async function writeSecret(text: string, lostNotice: string): Promise<void> {
+  process.exitCode = 1;
+  brokenPipeNotice = lostNotice;
+  await new Promise<void>((resolve, reject) => process.stdout.write(text, (error) => (error ? reject(error) : resolve())));
+  brokenPipeNotice = undefined;
+  process.exitCode = undefined;
+}

@@ -284,6 +284,17 @@ t.test('operator workflow on one data dir', async (t) => {
     t.same((await liveDocs('projects')).map((d) => d.name).sort(), ['Demo', 'Second']);
   });
   // Last: the subtests above count the log's events.
+  await t.test('keys create whose output is lost (broken pipe) fails and names the key to revoke', async (t) => {
+    for (const json of [[], ['--json']]) {
+      const run = start(['keys', 'create', '--project', project.project_id, '--name', 'lost', ...json]);
+      run.child.stdout.destroy();
+      const { code, stderr } = await run.done;
+      t.equal(code, 1, `not a success${json.length ? ' (--json)' : ''}`);
+      t.match(stderr, /error: key [0-9a-f-]{36} was created for project .* but could not be printed.*revoke it/);
+      t.notMatch(stderr, /sk_/, 'the key is not sent to stderr instead');
+    }
+  });
+
   await t.test('keys create takes the project id in any case, as the API does', async (t) => {
     const created = await opsJson<{ project_id: string }>('keys', 'create', '--project', project.project_id.toUpperCase(), '--json');
     t.equal(created.project_id, project.project_id, 'stored lower-case');
