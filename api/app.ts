@@ -10,6 +10,7 @@ import type { ReadStore } from '../infra/readstore/port.js';
 import { openStores } from '../infra/stores.js';
 import { Throttle } from '../infra/throttle.js';
 import { startProjectionHost, type ProjectionHost } from '../projections/host.js';
+import { answerClientErrors } from './http/app.js';
 import { createMemoryApp } from './memory/app.js';
 import { ownerAuthenticator } from './memory/guard.js';
 import { createMemoryModule } from './memory/module.js';
@@ -42,6 +43,7 @@ function listen(app: Koa, host: string, port: number): Promise<Server> {
     // not the side that closes an idle keep-alive connection while a client reuses it (ECONNRESET).
     server.keepAliveTimeout = 65_000;
     server.headersTimeout = 66_000;
+    answerClientErrors(server);
     server.once('error', reject);
     server.listen(port, host, () => resolve(server));
   });

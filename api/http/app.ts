@@ -1,6 +1,8 @@
 import Router from '@koa/router';
 import Koa from 'koa';
 import { randomUUID } from 'node:crypto';
+import type { Server } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { stringify as toYaml } from 'yaml';
 import type { RequestMeta } from '../../commands/bus.js';
 import { DomainError } from '../../domain/shared/decider.js';
@@ -10,9 +12,10 @@ import { InvalidCursorError } from '../../infra/readstore/port.js';
 import { ConsistencyTimeoutError } from '../../projections/runner.js';
 import { buildOpenApi, type OpenApiInfo } from './openapi.js';
 import { badRequest, forbidden, ProblemError } from './problem.js';
-import { mountRoutes, type Mounting, type RouteDef } from './routes.js';
+import { IDEMPOTENCY_KEY_PATTERN, mountRoutes, REQUEST_ID_PATTERN, type Mounting, type RouteDef } from './routes.js';
 
-const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const REQUEST_ID = new RegExp(REQUEST_ID_PATTERN);
+const IDEMPOTENCY_KEY = new RegExp(IDEMPOTENCY_KEY_PATTERN);
 
 export interface HttpAppOptions {
   name: string;
@@ -90,7 +93,11 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       // Browsers are refused before anything of their request is looked at.
       const rejected = options.guard(ctx);
       if (rejected) throw forbidden(rejected);
-      if (idempotencyKey && (idempotencyKey.length > 255 || /[^\x21-\x7e]/.test(idempotencyKey))) {
+      // The router matches a path whose escapes are not UTF-8 as raw text (`/agents/100%` finds the agent "100%").
+      if (!decodable(ctx.path)) {
+        throw badRequest('malformed percent-encoding in the path', [{ location: 'path', message: 'invalid percent-encoding: escapes must encode UTF-8 and a literal % is written %25', value: ctx.path.slice(0, 256) }]);
+      }
+      if (idempotencyKey && !IDEMPOTENCY_KEY.test(idempotencyKey)) {
         throw badRequest('invalid Idempotency-Key', [{ location: 'header.Idempotency-Key', message: 'must be 1-255 visible ASCII characters' }]);
       }
       await next();
@@ -124,4 +131,37 @@ export function createHttpApp(options: HttpAppOptions): Koa {
   });
   app.on('error', () => undefined);
   return app;
+}
+
+function decodable(path: string): boolean {
+  try {
+    decodeURIComponent(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Node's statuses for the requests its HTTP parser refuses; anything else it refuses is 400. */
+const CLIENT_ERRORS: Record<string, [status: number, slug: string, detail: string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'request-too-large', 'the URL and headers exceed the server\'s limit (16 KiB by default)'],
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'request-too-large', 'the chunk extensions exceed the server\'s limit'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'request-timeout', 'the request was not received in time'],
+};
+
+/** Requests Node's HTTP parser refuses never reach Koa, and Node answers them with an empty body: answer with a problem. */
+export function answerClientErrors(server: Server): void {
+  server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
+    // As Node does: only when nothing of a response has been written to this connection yet.
+    const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+    if (error.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
+      socket.destroy();
+      return;
+    }
+    const [status, slug, detail] = CLIENT_ERRORS[error.code ?? ''] ?? [400, 'malformed-request', 'the request is not valid HTTP/1.1'];
+    const requestId = randomUUID();
+    const problem = new ProblemError(status, slug, detail).toProblem(requestId);
+    const body = JSON.stringify(problem);
+    socket.end(`HTTP/1.1 ${status} ${problem.title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`);
+  });
 }

@@ -1,6 +1,6 @@
 import type { TSchema } from 'typebox';
 import { PROBLEM_BASE, PROBLEM_SCHEMA } from './problem.js';
-import type { AuthKind, RouteDef } from './routes.js';
+import { IDEMPOTENCY_KEY_PATTERN, REQUEST_ID_PATTERN, type AuthKind, type RouteDef } from './routes.js';
 
 export interface OpenApiInfo {
   title: string;
@@ -70,11 +70,11 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
         { name: 'min_position', in: 'query', required: false, description: 'Same as X-Min-Position', schema: { type: 'string', pattern: '^[0-9]{1,16}$' } as never },
       );
     }
-    params.push({ name: 'X-Request-Id', in: 'header' as never, required: false, description: 'Correlation id; echoed back and recorded on every event the request appends', schema: { type: 'string', maxLength: 128 } as never });
+    params.push({ name: 'X-Request-Id', in: 'header' as never, required: false, description: 'Correlation id; echoed back and recorded on every event the request appends (a value not matching the pattern is replaced by a generated id)', schema: { type: 'string', pattern: REQUEST_ID_PATTERN } as never });
     // Commands change state; queries (GET, and POSTs that read: search, context, chat) declare their read models.
     const command = r.method !== 'GET' && !r.readModels;
     if (command) {
-      params.push({ name: 'Idempotency-Key', in: 'header' as never, required: false, description: 'Repeating a request with the same key never acts twice: a create returns the first result; on other commands the repeat writes nothing (see each operation for what it answers)', schema: { type: 'string', minLength: 1, maxLength: 255 } as never });
+      params.push({ name: 'Idempotency-Key', in: 'header' as never, required: false, description: 'Repeating a request with the same key never acts twice: a create returns the first result; on other commands the repeat writes nothing (see each operation for what it answers)', schema: { type: 'string', pattern: IDEMPOTENCY_KEY_PATTERN, description: '1-255 visible ASCII characters' } as never });
     }
     const responses: Record<string, unknown> = {};
     for (const [status, doc] of Object.entries(r.responses)) {

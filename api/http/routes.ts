@@ -17,6 +17,10 @@ export type Principal =
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
 
+/** Request headers the skeleton reads on every request: the server's rule and the OpenAPI document's pattern. */
+export const REQUEST_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$';
+export const IDEMPOTENCY_KEY_PATTERN = '^[\\x21-\\x7e]{1,255}$';
+
 export interface Call<P, Q, B> {
   params: P;
   query: Q;
@@ -190,6 +194,12 @@ const nothing = async () => undefined;
 export async function readJsonBody(ctx: Koa.Context, types: string[] = ['application/json', '+json']): Promise<unknown> {
   if (!ctx.is(types)) {
     throw badRequest('Content-Type must be application/json', [{ location: 'header.Content-Type', message: 'must be application/json', value: ctx.get('Content-Type') || null }]);
+  }
+  // JSON is UTF-8 (RFC 8259 §8.1), and the body parser decodes every body as UTF-8 whatever its charset says:
+  // a latin1 "café" would be stored as "caf\uFFFD". Another declared charset is refused instead.
+  const charset = ctx.request.charset;
+  if (charset && !/^utf-?8$/i.test(charset)) {
+    throw badRequest('JSON bodies must be UTF-8', [{ location: 'header.Content-Type', message: 'charset must be utf-8 (or absent)', value: ctx.get('Content-Type') }]);
   }
   // Content codings are case-insensitive (RFC 9110 §8.4.1); the body parser knows only lower-case names.
   const encoding = ctx.req.headers['content-encoding'];

@@ -1,4 +1,6 @@
 import t from 'tap';
+import { validate as validateOpenApi } from '@readme/openapi-parser';
+import { connect } from 'node:net';
 import { parse as parseYaml } from 'yaml';
 import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
 
@@ -104,4 +106,86 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   const memory = await fetch(`${app.memoryUrl}/docs/openapi.json`);
   t.equal(memory.status, 200);
   t.equal(((await memory.json()) as any).openapi, '3.1.0');
+});
+
+t.test('both OpenAPI documents pass an OpenAPI 3.1 validator', async (t) => {
+  // @readme/openapi-parser checks the document against the OpenAPI 3.1 schema and the rules a schema cannot
+  // state (unique operationIds, every templated path parameter declared, no duplicate parameters).
+  for (const [name, res] of [['platform', await app.platform('/docs/openapi.json')], ['memory', await app.memory('/docs/openapi.json')]] as const) {
+    const result = await validateOpenApi(await res.json());
+    t.same(result, { valid: true, warnings: [], specification: 'OpenAPI' }, `${name}: ${result.valid ? 'valid' : JSON.stringify(result.errors)}`);
+  }
+});
+
+t.test('documented headers match what the server accepts', async (t) => {
+  const { key } = await projectWithKey(app, 'tenant-headers');
+  const doc = (await (await app.platform('/docs/openapi.json')).json()) as any;
+  const header = (name: string) => new RegExp(doc.paths['/api/v1/agents'].post.parameters.find((p: { name: string }) => p.name === name).schema.pattern);
+  const idempotency = header('Idempotency-Key');
+  for (const value of ['k'.repeat(255), 'k'.repeat(256), 'has space', 'ok-key:1']) {
+    const res = await app.platform('/agents', { method: 'POST', headers: { ...bearer(key), 'Idempotency-Key': value }, json: { name: `Idem ${value.slice(0, 20)}` } });
+    t.equal(res.status === 200, idempotency.test(value), `Idempotency-Key ${JSON.stringify(value.slice(0, 20))} (${value.length}): ${res.status}, as documented`);
+  }
+  const requestId = header('X-Request-Id');
+  for (const value of ['r'.repeat(128), 'r'.repeat(129), 'has space', 'trace.1:a_b-c']) {
+    const res = await app.platform('/healthz', { headers: { 'X-Request-Id': value } });
+    t.equal(res.headers.get('x-request-id') === value, requestId.test(value), `X-Request-Id ${JSON.stringify(value.slice(0, 20))} (${value.length}): kept only when documented valid`);
+  }
+});
+
+t.test('a path whose percent-encoding is not UTF-8 is 400, not matched as raw text', async (t) => {
+  const { key } = await projectWithKey(app, 'tenant-percent');
+  const created = await app.platform('/agents', { method: 'POST', headers: bearer(key), json: { name: '100%' } });
+  t.equal(created.status, 200);
+  const position = { 'X-Min-Position': created.headers.get('x-event-position')! };
+  t.equal((await app.platform(`/agents/${encodeURIComponent('100%')}`, { headers: { ...bearer(key), ...position } })).status, 200, 'the name, encoded');
+  for (const path of ['/agents/100%', '/agents/%E0%A4%A', '/agents/%FF']) {
+    const res = await app.platform(path, { headers: { ...bearer(key), ...position } });
+    t.equal(res.status, 400, path);
+    t.equal(res.headers.get('content-type'), 'application/problem+json');
+    t.match(await res.json(), { type: /validation/, title: 'Bad Request', errors: [{ location: 'path', message: /percent-encoding/ }] }, path);
+  }
+  const memory = await app.memory('/v1/%E0%A4%A');
+  t.equal(memory.status, 400, 'memory service too');
+});
+
+t.test('JSON bodies must be UTF-8: another declared charset is 400, not decoded as UTF-8', async (t) => {
+  const { key } = await projectWithKey(app, 'tenant-charset');
+  const post = (contentType: string, body: Buffer) => app.platform('/agents', { method: 'POST', headers: { ...bearer(key), 'Content-Type': contentType }, body: new Uint8Array(body) });
+  for (const [contentType, body] of [
+    ['application/json; charset=latin1', Buffer.from('{"name":"Caf\u00e9 latin1"}', 'latin1')],
+    ['application/json; charset=iso-8859-1', Buffer.from('{"name":"Caf\u00e9 iso"}', 'latin1')],
+    ['application/json; charset=utf-16le', Buffer.from('{"name":"Caf\u00e9 utf16"}', 'utf16le')],
+  ] as const) {
+    const res = await post(contentType, body);
+    t.equal(res.status, 400, contentType);
+    t.match(await res.json(), { errors: [{ location: 'header.Content-Type', message: /utf-8/i, value: contentType }] }, contentType);
+  }
+  for (const [i, contentType] of ['application/json; charset=utf-8', 'application/json; charset="UTF-8"', 'application/json;charset=utf8'].entries()) {
+    const res = await post(contentType, Buffer.from(`{"name":"Caf\u00e9 ${i}"}`, 'utf8'));
+    t.equal(res.status, 200, contentType);
+    t.equal(((await res.json()) as { name: string }).name.slice(0, 4), 'Caf\u00e9', `${contentType}: the name as sent`);
+  }
+  const bom = await post('application/json', Buffer.from('\ufeff{"name":"With BOM"}', 'utf8'));
+  t.equal(bom.status, 200, 'a UTF-8 byte order mark is ignored (RFC 8259 §8.1)');
+});
+
+t.test('requests Node refuses before the app sees them still get problem+json', async (t) => {
+  const long = await app.platform(`/agents/${'a'.repeat(20_000)}`);
+  t.equal(long.status, 431);
+  t.equal(long.headers.get('content-type'), 'application/problem+json');
+  t.match(await long.json(), { type: /request-too-large/, title: 'Request Header Fields Too Large', status: 431, detail: /URL and headers/, instance: /\S/ });
+  const memory = await fetch(`${app.memoryUrl}/v1/export?agent=${'a'.repeat(20_000)}&user=u`);
+  t.equal(memory.status, 431);
+  t.equal(memory.headers.get('content-type'), 'application/problem+json');
+  await memory.body?.cancel();
+  // A request line that is not HTTP: 400 with a problem, then the connection is closed.
+  const reply = await new Promise<string>((resolve, reject) => {
+    const socket = connect(Number(new URL(app.platformUrl).port), '127.0.0.1', () => socket.end('GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n'));
+    let text = '';
+    socket.on('data', (chunk) => { text += chunk; }).on('end', () => resolve(text)).on('error', reject);
+  });
+  t.match(reply, /^HTTP\/1\.1 400 Bad Request\r\n/);
+  t.match(reply, /\r\nContent-Type: application\/problem\+json\r\n/);
+  t.match(JSON.parse(reply.slice(reply.indexOf('\r\n\r\n') + 4)), { type: /malformed-request/, title: 'Bad Request', status: 400 });
 });
