@@ -17,12 +17,13 @@ export const MAX_REMEMBERED_CONFIG_REQUESTS = 256;
 
 /** What a remembered request did (its command), so only a repeat of the same request is recognised. */
 type RememberedChange = { type: ConfigEvent['type']; key: string; valueHash?: string };
-/** SHA-256 of a value's JSON text: values reach 1 MiB, so remembered requests keep only this. */
-const valueHash = (value: unknown) => createHash('sha256').update(JSON.stringify(value)).digest('base64');
+/** SHA-256 of a value's JSON text: values reach 1 MiB, so the state keeps only this. */
+export const valueHash = (value: unknown) => createHash('sha256').update(JSON.stringify(value)).digest('base64');
 
 /**
- * Keys present, with the JSON text of their value so an unchanged PUT appends nothing; for each key the
- * request that last set or deleted it; and the last requests sent with an Idempotency-Key (`idem:` request
+ * Keys present, with the hash of their value so an unchanged PUT appends nothing (not the value: this state
+ * is cached per project, and values of 1 MiB each would stay in memory); for each key the request that last
+ * set or deleted it; and the last requests sent with an Idempotency-Key (`idem:` request
  * keys, at most MAX_REMEMBERED_CONFIG_REQUESTS, oldest forgotten first). A repeat of a remembered request
  * decides the same event again, whatever happened since, which the store recognises by its id and answers
  * with the first one's position.
@@ -42,12 +43,13 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
   decide(command, state, ctx): ConfigEvent[] {
     const { key } = command.data;
     const remembered = state.requests.get(ctx.request_key);
+    const hash = command.type === 'SetConfigValue' ? valueHash(command.data.value) : undefined;
     const repeat = state.changedBy.get(key) === ctx.request_key || (remembered !== undefined && remembered.key === key && (command.type === 'SetConfigValue'
-      ? remembered.type === 'ConfigValueSet' && remembered.valueHash === valueHash(command.data.value)
+      ? remembered.type === 'ConfigValueSet' && remembered.valueHash === hash
       : remembered.type === 'ConfigValueDeleted'));
     switch (command.type) {
       case 'SetConfigValue':
-        if (state.values.get(key) === JSON.stringify(command.data.value) && !repeat) return [];
+        if (state.values.get(key) === hash && !repeat) return [];
         return [{ type: 'ConfigValueSet', data: { ...command.data, set_at: ctx.now, request_key: ctx.request_key } }];
       case 'DeleteConfigValue':
         if (!state.values.has(key) && !repeat) throw new DomainError('not_found', `config key ${key} not found`);
@@ -62,14 +64,14 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
   // Safe with the command bus: a state is only evolved from the newest cached state, and a failed append
   // drops that cache entry and reloads from the log.
   evolve(state, event) {
-    if (event.type === 'ConfigValueSet') state.values.set(event.data.key, JSON.stringify(event.data.value));
+    if (event.type === 'ConfigValueSet') state.values.set(event.data.key, valueHash(event.data.value));
     else if (event.type === 'ConfigValueDeleted') state.values.delete(event.data.key);
     const requestKey = event.data.request_key;
     if (requestKey) state.changedBy.set(event.data.key, requestKey);
     else state.changedBy.delete(event.data.key);
     if (isRepeatable(requestKey)) {
       rememberRequest(state, requestKey, event.type === 'ConfigValueSet'
-        ? { type: event.type, key: event.data.key, valueHash: valueHash(event.data.value) }
+        ? { type: event.type, key: event.data.key, valueHash: state.values.get(event.data.key) }
         : { type: event.type, key: event.data.key });
     }
     return { values: state.values, changedBy: state.changedBy, requests: state.requests };

@@ -82,6 +82,45 @@ t.test('names', async (t) => {
   t.equal((await got.json()).agent_id, unicode.body.agent_id);
 });
 
+t.test('names are trimmed and NFC-normalised, and the limit and the lookup apply to that form', async (t) => {
+  // 100 characters written decomposed (e + combining acute: 200 code points), between spaces.
+  const decomposed = `  ${'e\u0301'.repeat(100)}  `;
+  const created = await create({ name: decomposed });
+  t.equal(created.res.status, 200, 'within the limit once normalised');
+  t.equal(created.body.name, '\u00e9'.repeat(100));
+  const composed129 = await create({ name: '\u00e9'.repeat(129) });
+  t.equal(composed129.res.status, 400, 'one past it');
+  t.match(composed129.body, { errors: [{ location: 'body.name', message: /128/ }] });
+  t.equal((await create({ name: 'e\u0301'.repeat(129) })).res.status, 400, 'one past it, decomposed');
+  t.equal((await create({ name: ` ${'m'.repeat(128)} ` })).res.status, 200, '128 between spaces');
+  const consistent = { ...bearer(a.key), 'X-Min-Position': created.position! };
+  for (const asSent of [decomposed, decomposed.trim(), created.body.name]) {
+    const got = await app.platform(`/agents/${encodeURIComponent(asSent)}`, { headers: consistent });
+    t.equal(got.status, 200, `found by ${JSON.stringify(asSent.slice(0, 6))}…`);
+    t.equal((await got.json()).agent_id, created.body.agent_id);
+  }
+});
+
+t.test('names every URL client can look up, which are one name each', async (t) => {
+  for (const name of ['.', '..', ' .. ']) {
+    const res = await create({ name });
+    t.equal(res.res.status, 400, `${JSON.stringify(name)}: URL clients resolve it as a path segment (GET /agents/%2E%2E is GET /)`);
+    t.match(res.body, { errors: [{ location: 'body.name' }] });
+  }
+  t.equal((await create({ name: '...' })).res.status, 200, '"..." is a name like any other');
+  // An unpaired surrogate becomes U+FFFD when hashed or sent in a URL: "a\ud800b" would take the name "a\ufffdb".
+  const lone = await create({ name: 'Lone \ud800' });
+  t.equal(lone.res.status, 400);
+  t.match(lone.body, { errors: [{ location: 'body.name', message: /well-formed Unicode/ }] });
+  t.equal((await create({ name: 'Lone \ufffd' })).res.status, 200, 'the name it would have collided with is free');
+  for (const name of ['a/b', '100%', '%2F', 'who?', 'a#b', 'a+b']) {
+    const res = await create({ name });
+    t.equal(res.res.status, 200);
+    const got = await app.platform(`/agents/${encodeURIComponent(name)}`, { headers: { ...bearer(a.key), 'X-Min-Position': res.position! } });
+    t.equal((await got.json()).agent_id, res.body.agent_id, `${name} found by its URL-encoded name`);
+  }
+});
+
 t.test('other fields', async (t) => {
   const bad = await create({ name: 'Bad', gender: 'robot', language: 'English', avatar_url: 'ftp://x', extra: 1 });
   t.equal(bad.res.status, 400);

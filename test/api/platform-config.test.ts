@@ -1,3 +1,4 @@
+import { request } from 'node:http';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
 import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
@@ -74,6 +75,20 @@ t.test('keys: 256 characters of the allowed set', async (t) => {
   t.match(await long.res.json(), { title: 'Bad Request', errors: [{ location: 'path.key' }] });
   t.equal((await put('a%20b', 1)).res.status, 400, 'space is not allowed');
   t.equal((await put('app.theme:dark-mode_v2', 1)).res.status, 200);
+  // URL clients resolve "." and ".." (also written %2E) as path segments: such a key could be set by a raw
+  // HTTP client but never read or deleted through an ordinary one. Sent as is, they are refused.
+  const raw = (k: string) => new Promise<number>((resolve, reject) => {
+    const url = new URL(app.platformUrl);
+    const req = request({ host: url.hostname, port: url.port, method: 'PUT', path: `/api/v1${path(k)}`, headers: { ...auth, 'Content-Type': 'application/json' } },
+      (res) => { res.resume(); res.on('end', () => resolve(res.statusCode!)); });
+    req.on('error', reject);
+    req.end('1');
+  });
+  t.equal(await raw('..'), 400, '..');
+  t.equal(await raw('.'), 400, '.');
+  t.equal(await raw('%2E%2E'), 400, '%2E%2E');
+  t.equal((await put('...', 1)).res.status, 200, '"..." is a key like any other');
+  t.equal((await put('.a', 1)).res.status, 200);
 });
 
 t.test('a key named __proto__ is an entry of the map like any other', async (t) => {

@@ -72,6 +72,14 @@ t.test('config', async (t) => {
   const others = (n: number): ConfigValueSet[] => Array.from({ length: n }, (_, i) => ({ ...set, data: { ...set.data, key: `k${i}`, request_key: `idem:other-${i}` } }));
   spec.given([setIdem, ...others(MAX_REMEMBERED_CONFIG_REQUESTS - 1), setByOther]).when(put, idem).then([setIdem], `${MAX_REMEMBERED_CONFIG_REQUESTS} remembered`);
   spec.given([setIdem, ...others(MAX_REMEMBERED_CONFIG_REQUESTS), setByOther]).when(put, idem).then([], 'one more: forgotten, and the value is already so');
+
+  // The state is cached per project by the command bus: it must not hold the values themselves (up to 1 MiB each).
+  const big: ConfigValueSet = { ...set, data: { ...set.data, value: 'x'.repeat(1024 * 1024) } };
+  const state = configDecider.evolve(configDecider.initialState(), big);
+  t.ok(JSON.stringify([...state.values, ...state.changedBy, ...state.requests]).length < 1024, 'a 1 MiB value leaves a few bytes in the state');
+  spec.given([big]).when({ ...put, data: { ...put.data, value: big.data.value } }, testContext({ request_key: 'r2' })).then([], 'an unchanged value is still recognised');
+  spec.given([big]).when({ ...put, data: { ...put.data, value: `${big.data.value}y` } }, testContext({ request_key: 'r2' }))
+    .then([{ ...set, data: { ...set.data, value: `${big.data.value}y`, request_key: 'r2' } }], 'a changed one too');
 });
 
 t.test('agents and their names', async (t) => {

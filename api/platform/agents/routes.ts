@@ -13,7 +13,7 @@ import { route, type RouteDef } from '../../http/routes.js';
 import { check, nonBlank } from '../../http/validation.js';
 import { UUID_PATTERN } from '../../shared/schemas.js';
 import { requireProject, type PlatformDeps } from '../context.js';
-import { AgentParams, AgentView, CreateAgentBody, ListAgentsQuery } from './schemas.js';
+import { AgentParams, AgentView, CreateAgentBody, ListAgentsQuery, MAX_AGENT_NAME } from './schemas.js';
 
 const AGENT_ID_NAMESPACE = 'c8d1e2f3-4a5b-4c6d-8e7f-901a2b3c4d5e';
 /** A reservation whose agent was not created within this time is treated as abandoned (its creation failed). */
@@ -35,11 +35,11 @@ export function agentView(a: Omit<AgentDoc, 'id' | 'updated_at'>): AgentView {
   };
 }
 
-/** Finds an agent of a project by UUID or by exact (NFC-normalised) name. */
+/** Finds an agent of a project by UUID or by exact name, trimmed and NFC-normalised as on creation. */
 export async function findAgent(deps: PlatformDeps, projectId: string, idOrName: string): Promise<AgentDoc> {
   let agent: AgentDoc | undefined;
   if (UUID_PATTERN.test(idOrName)) agent = await deps.reads.get<AgentDoc>('agents', idOrName.toLowerCase());
-  else agent = (await deps.reads.find<AgentDoc>('agents', { where: { project_id: projectId, name: idOrName.normalize('NFC') }, limit: 1 })).items[0];
+  else agent = (await deps.reads.find<AgentDoc>('agents', { where: { project_id: projectId, name: idOrName.trim().normalize('NFC') }, limit: 1 })).items[0];
   if (!agent || agent.project_id !== projectId) throw notFound('agent not found');
   return agent;
 }
@@ -69,7 +69,13 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         const name = body.name.trim().normalize('NFC');
         check(
           nonBlank('body.name', body.name),
+          [...name].length > MAX_AGENT_NAME ? { location: 'body.name', message: `must not have more than ${MAX_AGENT_NAME} characters (after trimming and NFC normalisation)`, value: body.name } : undefined,
           UUID_PATTERN.test(name) ? { location: 'body.name', message: 'must not look like a UUID (names and ids share GET /agents/{agentId})', value: body.name } : undefined,
+          // URL clients resolve "." and ".." (also as %2E) as path segments: GET /agents/{agentId} could never name them.
+          name === '.' || name === '..' ? { location: 'body.name', message: 'must not be "." or ".." (URL clients resolve them as path segments)', value: body.name } : undefined,
+          // Hashed (the name's reservation) and in a URL (UTF-8), an unpaired surrogate becomes U+FFFD: such a
+          // name would collide with others and could not be looked up.
+          /\p{Surrogate}/u.test(name) ? { location: 'body.name', message: 'must be well-formed Unicode (no unpaired surrogates)' } : undefined,
         );
         const agentId = uuidv5(`${projectId}/${meta.request_key}`, AGENT_ID_NAMESPACE);
         const profile: Omit<AgentProfile, 'owner'> = {

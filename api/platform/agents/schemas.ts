@@ -7,10 +7,15 @@ export const Big5 = Type.Object({
 }, { additionalProperties: false, description: 'all five scores, each 0.0-1.0' });
 
 const Phrases = Type.Array(Type.String({ minLength: 1, maxLength: 500 }), { maxItems: 100 });
+/**
+ * Names are stored trimmed and NFC-normalised, and the limit applies to that (the route checks it): the text
+ * sent may be longer (surrounding spaces; decomposed accents or Hangul take up to four code points each).
+ */
+export const MAX_AGENT_NAME = 128;
 export const LANGUAGE_PATTERN = '^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$';
 
 export const CreateAgentBody = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: 128, description: 'unique within the project; must not look like a UUID' }),
+  name: Type.String({ minLength: 1, maxLength: 4 * MAX_AGENT_NAME, description: `at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; must not look like a UUID nor be "." or ".."` }),
   personality_prompt: Type.Optional(Type.String({ maxLength: 16000 })),
   big5: Type.Optional(Big5),
   speech_patterns: Type.Optional(Phrases),
@@ -25,7 +30,7 @@ export const CreateAgentBody = Type.Object({
 export type CreateAgentBody = Static<typeof CreateAgentBody>;
 
 export const ListAgentsQuery = Type.Object({ project_id: Type.Optional(Uuid) }, { additionalProperties: false });
-export const AgentParams = Type.Object({ agentId: Type.String({ minLength: 1, maxLength: 128, description: 'agent UUID or URL-encoded name' }) }, { additionalProperties: false });
+export const AgentParams = Type.Object({ agentId: Type.String({ minLength: 1, maxLength: 4 * MAX_AGENT_NAME, description: 'agent UUID or URL-encoded name' }) }, { additionalProperties: false });
 
 const Mood = Type.Object({
   valence: Type.Number(), arousal: Type.Number(), tension: Type.Number(), affiliation: Type.Number(),

@@ -1,12 +1,13 @@
 import Type from 'typebox';
 import { Uuid } from '../../shared/schemas.js';
 
-export const CONFIG_KEY_PATTERN = '^[A-Za-z0-9_.:-]{1,256}$';
+/** Not "." or "..": URL clients resolve those (also written %2E) as path segments, so no request could name them. */
+export const CONFIG_KEY_PATTERN = '^(?!\\.\\.?$)[A-Za-z0-9_.:-]{1,256}$';
 
 export const ConfigParams = Type.Object({ projectId: Uuid }, { additionalProperties: false });
 export const ConfigKeyParams = Type.Object({
   projectId: Uuid,
-  key: Type.String({ pattern: CONFIG_KEY_PATTERN, description: '1-256 of A-Z a-z 0-9 _ . : -' }),
+  key: Type.String({ pattern: CONFIG_KEY_PATTERN, description: '1-256 of A-Z a-z 0-9 _ . : -, other than "." and ".."' }),
 }, { additionalProperties: false });
 export const ConfigValue = Type.Unknown({ description: 'any JSON value' });
 export const ConfigMap = Type.Record(Type.String(), Type.Unknown(), { description: 'each config key mapped to its JSON value' });
