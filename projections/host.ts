@@ -116,13 +116,26 @@ class ThreadHost implements ProjectionHost {
       worker.on('exit', (code) => {
         if (this.worker !== worker || this.stopping) return;
         this.worker = undefined;
-        if (!ready) return;
+        // Before ready the caller (start, or restartLater) decides what happens next.
+        if (!ready) {
+          reject(new Error(`projection thread exited with code ${code} before it was ready`));
+          return;
+        }
         log.error({ code }, `projection thread exited; starting a new one in ${RESTART_DELAY_MS} ms`);
-        setTimeout(() => {
-          if (!this.stopping) this.launch().catch((error) => log.error({ err: error }, 'could not restart the projection thread'));
-        }, RESTART_DELAY_MS).unref();
+        this.restartLater();
       });
     });
+  }
+
+  /** Until a new thread is running: a failed start (a store briefly locked or unreachable) is tried again, not left at that. */
+  private restartLater(): void {
+    setTimeout(() => {
+      if (this.stopping) return;
+      this.launch().catch((error) => {
+        this.options.log.error({ err: error }, `could not restart the projection thread; trying again in ${RESTART_DELAY_MS} ms`);
+        this.restartLater();
+      });
+    }, RESTART_DELAY_MS).unref();
   }
 
   private receive(report: HostReport): void {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import t, { type Test } from 'tap';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { bearer, projectWithKey, startTestCairn, type TestCairn } from '../support/cairn.js';
@@ -60,6 +61,33 @@ t.test('a projection thread that dies is replaced, and the read models carry on 
   t.equal(got.status, 200, 'answered once the new thread caught up (within CONSISTENCY_TIMEOUT_MS)');
   t.same(await got.json(), 1);
   t.not(app.projections.thread, first, 'a new thread');
+  t.ok(app.projections.thread);
+});
+
+t.test('a replacement projection thread that fails to start is tried again, not given up on', async (t) => {
+  const app = await startTestCairn();
+  t.teardown(() => app.stop());
+  const { projectId, key } = await projectWithKey(app);
+  const auth = bearer(key);
+  // Another connection holds the read models' write lock (as a long operator transaction, or MongoDB
+  // briefly unreachable, would): the replacement thread cannot register its projections and fails.
+  const locker = new Database(join(app.dataDir, 'readmodels.db'));
+  t.teardown(() => locker.close());
+  locker.exec('BEGIN IMMEDIATE');
+  const first = app.projections.thread!;
+  await first.terminate();
+  let second = app.projections.thread;
+  while (!second || second === first) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    second = app.projections.thread;
+  }
+  await new Promise((resolve) => second.once('exit', resolve)); // SQLITE_BUSY after the 5 s busy timeout
+  locker.exec('ROLLBACK');
+  const put = await app.platform(`/projects/${projectId}/config/later`, { method: 'PUT', headers: auth, json: 2 });
+  t.equal(put.status, 200);
+  const got = await app.platform(`/projects/${projectId}/config/later`, { headers: { ...auth, 'X-Min-Position': put.headers.get('x-event-position')! } });
+  t.equal(got.status, 200, 'a third thread started and caught up');
+  t.same(await got.json(), 2);
   t.ok(app.projections.thread);
 });
 
