@@ -52,6 +52,8 @@ export class ProjectionRunner {
   private abort = new AbortController();
   private loop: Promise<void> | undefined;
   private failure: unknown;
+  /** Set while afterCommit runs: a failure there may leave in-process state past the stored checkpoint. */
+  private afterCommitFailed = false;
 
   constructor(
     readonly projection: Projection,
@@ -77,15 +79,23 @@ export class ProjectionRunner {
     this.loop = this.run();
   }
 
-  private async reload(): Promise<void> {
+  /**
+   * From the stored checkpoint. `reset: false` keeps the projection's in-process state (indexes, caches):
+   * right after a batch failed before its commit, that state is still the stored checkpoint's, and a reset
+   * would make every sink reload in full (the whole BM25 or vector index) once a second while, say, an
+   * embeddings provider is down.
+   */
+  private async reload(options: { reset?: boolean } = {}): Promise<void> {
     const cp = await this.store.checkpoint(this.projection.name);
     this.position = cp.position;
     this.stored = cp.position;
     this.scanned = cp.position;
     this.holding = 0;
-    this.generation = cp.generation;
+    const generation = this.generation;
     this.moved = false;
-    await this.projection.reset?.();
+    const reset = options.reset !== false || cp.generation !== generation;
+    this.generation = cp.generation;
+    if (reset) await this.projection.reset?.();
     // Possibly lower than before (a rebuilt generation went live): whoever mirrors positions must know.
     this.progress.emit('position', this.position);
   }
@@ -100,7 +110,8 @@ export class ProjectionRunner {
         this.failure = error;
         this.log?.error({ err: error, projection: this.name }, 'projection failed; retrying from its checkpoint');
         await new Promise((r) => setTimeout(r, 1000));
-        await this.reload().catch(() => undefined);
+        // Only a failure after a commit (in afterCommit) can have left in-process state past the checkpoint.
+        await this.reload({ reset: this.afterCommitFailed }).catch(() => undefined);
       }
     }
   }
@@ -179,7 +190,9 @@ export class ProjectionRunner {
     });
     if (!ok) return false;
     this.failure = undefined;
+    this.afterCommitFailed = true;
     this.projection.afterCommit?.(relevant, this.generation);
+    this.afterCommitFailed = false;
     this.advance(last);
     return true;
   }

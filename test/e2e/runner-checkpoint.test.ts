@@ -55,3 +55,34 @@ t.test('the idle checkpoint, queued behind a slow batch commit, never moves the 
   t.equal((await reads.checkpoint('toy')).position, wanted.position, 'the stored checkpoint is the applied one');
   t.same(stored, [wanted.position], 'the idle checkpoint found nothing left to store');
 });
+
+t.test('a batch that fails before its commit is retried without resetting the projection\'s in-process state', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'cairn-runner-reset-'));
+  const events = new EmbeddedEventStore(join(dir, 'events.db'));
+  const reads = new EmbeddedReadStore(join(dir, 'readmodels.db'));
+  t.teardown(async () => { await reads.close(); await events.close(); rmSync(dir, { recursive: true, force: true }); });
+  let failures = 2;
+  let resets = 0;
+  let afterCommitFailures = 0;
+  const projection: Projection = {
+    name: 'flaky', collections: [{ name: 'flaky_docs' }], canHandle: ['Wanted'],
+    // An embeddings provider that is down for a while: prepare fails, nothing is written.
+    async prepare() { if (failures-- > 0) throw new Error('provider down'); },
+    async apply(e, w) { await w.put('flaky_docs', { id: e.id }, e.position); },
+    afterCommit() { if (afterCommitFailures > 0) { afterCommitFailures--; throw new Error('index update failed'); } },
+    async reset() { resets++; },
+  };
+  const runner = new ProjectionRunner(projection, events, reads);
+  await runner.start();
+  t.equal(resets, 1, 'reset once at start');
+  const first = await events.append('a', [event('Wanted')], 'no_stream');
+  await runner.waitFor(first.position, 10_000);
+  t.equal(resets, 1, 'two failed attempts, retried from the checkpoint, reset nothing');
+  // A failure after the commit (the in-process state may be half updated) does reset.
+  afterCommitFailures = 1;
+  const second = await events.append('b', [event('Wanted')], 'no_stream');
+  await runner.waitFor(second.position, 10_000);
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  t.equal(resets, 2, 'a failure in afterCommit resets the in-process state');
+  await runner.stop();
+});
