@@ -36,6 +36,9 @@ export interface CairnOptions {
   clock?: () => Date;
 }
 
+/** How long a stopping server waits for requests in flight beyond the longest read-model wait. */
+const SHUTDOWN_GRACE_MS = 5_000;
+
 function listen(app: Koa, host: string, port: number): Promise<Server> {
   return new Promise((resolve, reject) => {
     const server = createServer(app.callback());
@@ -109,7 +112,18 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
     async close() {
       if (closed) return;
       closed = true;
-      await Promise.all([platformServer, memoryServer].map((s) => new Promise((r) => { s.closeAllConnections(); s.close(r); })));
+      // Requests in flight get their answers (an acknowledged write is never cut off before its response);
+      // idle keep-alive connections are closed as they become idle; whatever is left after the grace period is cut.
+      await Promise.all([platformServer, memoryServer].map((s) => new Promise<void>((resolve) => {
+        const idle = setInterval(() => s.closeIdleConnections(), 25);
+        const cut = setTimeout(() => s.closeAllConnections(), config.consistencyTimeoutMs + SHUTDOWN_GRACE_MS);
+        s.close(() => {
+          clearInterval(idle);
+          clearTimeout(cut);
+          resolve();
+        });
+        s.closeIdleConnections();
+      })));
       // Graceful stop: no new writes arrive now; let the read models apply everything written (bounded),
       // so a restart (perhaps with another embedding model) does not have to apply it instead.
       const head = await events.headPosition();

@@ -189,3 +189,17 @@ t.test('requests Node refuses before the app sees them still get problem+json', 
   t.match(reply, /\r\nContent-Type: application\/problem\+json\r\n/);
   t.match(JSON.parse(reply.slice(reply.indexOf('\r\n\r\n') + 4)), { type: /malformed-request/, title: 'Bad Request', status: 400 });
 });
+
+t.test('stopping the server answers the requests in flight instead of cutting their connections', async (t) => {
+  const stopping = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '800' });
+  const { key } = await projectWithKey(stopping, 'tenant-stopping');
+  const head = await stopping.events.headPosition();
+  // A read waiting for a position the log has not reached: in flight when the stop begins, answered 503 at its timeout.
+  const inFlight = stopping.platform('/agents', { headers: { ...bearer(key), 'X-Min-Position': String(head + 1000) } });
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const stopped = stopping.stop();
+  const res = await inFlight;
+  t.equal(res.status, 503, 'answered, not ECONNRESET');
+  t.equal(res.headers.get('content-type'), 'application/problem+json');
+  await stopped;
+});
