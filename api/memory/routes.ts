@@ -13,7 +13,7 @@ import { PERSONALITY_PROJECTION } from '../../projections/memory/personality.js'
 import { decodeVector, VECTORS, VECTORS_PROJECTION, type VectorDoc } from '../../projections/memory/vectors.js';
 import { ProblemError, type ProblemFieldError } from '../http/problem.js';
 import { route, type RouteDef } from '../http/routes.js';
-import { byteLimit, check, nonBlank } from '../http/validation.js';
+import { byteLimit, check, nonBlank, wellFormed } from '../http/validation.js';
 import { parseFacts, UnparseableFactsError } from './facts.js';
 import { chatMessages, extractionMessages } from './prompts.js';
 import { toView, type Retrieval } from './retrieval.js';
@@ -61,18 +61,6 @@ function repeatable(meta: RequestMeta, operation: MemoryCommand['type'], ...part
 }
 
 const sessionOf = (session: string | null | undefined) => (session === undefined || session === null || session === '' ? null : session);
-
-/**
- * Free text must be well-formed Unicode. Hashing and UTF-8 turn an unpaired surrogate into U+FFFD, so
- * "note \ud800" would be the memory of "note \ufffd" and be answered with a text that was never stored.
- * (String.prototype.isWellFormed does the same, but is not in the ES2022 library we compile against.)
- */
-function wellFormed(location: string, value: string | null | undefined): ProblemFieldError | undefined {
-  const lone = typeof value === 'string' ? /\p{Surrogate}/u.exec(value) : null;
-  if (!lone) return undefined;
-  const code = `U+${lone[0].charCodeAt(0).toString(16).toUpperCase()}`;
-  return { location, message: 'must be well-formed Unicode (no unpaired surrogates)', value: `${code} at UTF-16 offset ${lone.index}` };
-}
 
 function checkText(location: string, value: string, max: number) {
   return [nonBlank(location, value), byteLimit(location, value, max), wellFormed(location, value)];

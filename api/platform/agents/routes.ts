@@ -10,7 +10,7 @@ import { findAll } from '../../../infra/readstore/port.js';
 import type { AgentDoc } from '../../../projections/agents/projection.js';
 import { notFound } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
-import { check, nonBlank } from '../../http/validation.js';
+import { check, nonBlank, wellFormed } from '../../http/validation.js';
 import { UUID_PATTERN } from '../../shared/schemas.js';
 import { requireProject, type PlatformDeps } from '../context.js';
 import { AgentParams, AgentView, CreateAgentBody, ListAgentsQuery, MAX_AGENT_NAME } from './schemas.js';
@@ -75,7 +75,7 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
           name === '.' || name === '..' ? { location: 'body.name', message: 'must not be "." or ".." (URL clients resolve them as path segments)', value: body.name } : undefined,
           // Hashed (the name's reservation) and in a URL (UTF-8), an unpaired surrogate becomes U+FFFD: such a
           // name would collide with others and could not be looked up.
-          /\p{Surrogate}/u.test(name) ? { location: 'body.name', message: 'must be well-formed Unicode (no unpaired surrogates)' } : undefined,
+          wellFormed('body.name', name),
         );
         const agentId = uuidv5(`${projectId}/${meta.request_key}`, AGENT_ID_NAMESPACE);
         const profile: Omit<AgentProfile, 'owner'> = {
