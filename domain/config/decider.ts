@@ -17,8 +17,18 @@ export const MAX_REMEMBERED_CONFIG_REQUESTS = 256;
 
 /** What a remembered request did (its command), so only a repeat of the same request is recognised. */
 type RememberedChange = { type: ConfigEvent['type']; key: string; valueHash?: string };
-/** SHA-256 of a value's JSON text: values reach 1 MiB, so the state keeps only this. */
-export const valueHash = (value: unknown) => createHash('sha256').update(JSON.stringify(value)).digest('base64');
+/**
+ * SHA-256 of a value's JSON text: values reach 1 MiB, so the state keeps only this. The last value hashed
+ * is remembered: a PUT hashes its value when it is decided, and again (the same parsed value, never
+ * mutated) when its event is evolved into the state.
+ */
+let lastHashed: { value: unknown; hash: string } | undefined;
+export function valueHash(value: unknown): string {
+  if (lastHashed !== undefined && lastHashed.value === value) return lastHashed.hash;
+  const hash = createHash('sha256').update(JSON.stringify(value)).digest('base64');
+  lastHashed = { value, hash };
+  return hash;
+}
 
 /**
  * Keys present, with the hash of their value so an unchanged PUT appends nothing (not the value: this state
