@@ -11,8 +11,11 @@ export interface Embedder {
 }
 
 export const LOCAL_EMBEDDING_DIM = 256;
-/** v2: the tokenizer case-folds (ß → ss, İ → i, ς → σ); v1 vectors are ignored until `memory-vectors` is rebuilt. */
-export const LOCAL_EMBEDDING_MODEL = `local-hash-${LOCAL_EMBEDDING_DIM}-v2`;
+/**
+ * v2: the tokenizer case-folds (ß → ss, İ → i, ς → σ); v3: Korean bigrams, Thai/Lao/Khmer/Myanmar words.
+ * Vectors of an older version are ignored until `memory-vectors` is rebuilt.
+ */
+export const LOCAL_EMBEDDING_MODEL = `local-hash-${LOCAL_EMBEDDING_DIM}-v3`;
 
 /** 32-bit FNV-1a over UTF-16 code units, finished with murmur3's fmix32 so every bit depends on every input. */
 function hash32(text: string): number {

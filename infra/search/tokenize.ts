@@ -5,14 +5,21 @@
  * plain forms) and case-folded without a locale (the same result on every machine): lower-cased, with
  * the full foldings lower-casing misses for common text: ß → ss, the dotted capital İ → i (lower-casing
  * leaves i + U+0307), final ς → σ. So "STRASSE" finds "Straße" and "istanbul" finds "İstanbul". A word is a run of
- * letters and digits, with combining marks kept inside it (Devanagari vowel signs, etc.). Scripts
- * written without spaces (Han, Hiragana, Katakana) are cut into overlapping character bigrams, so a
- * query can match inside a sentence; a document is also indexed under each of their characters (see
- * indexTerms), so a one-character query ("猫") matches too.
+ * letters and digits, with combining marks kept inside it (Devanagari vowel signs, etc.). Han,
+ * Hiragana, Katakana and Hangul are cut into overlapping character bigrams, as Lucene's CJK analyzer
+ * does: Chinese and Japanese are written without spaces, and Korean attaches particles and endings to
+ * the word ("고양이가", "고양이를"), so bigrams let a query match inside a sentence or a word ("고양이"). A
+ * document is also indexed under each of their characters (see indexTerms), so a one-character query
+ * ("猫") matches too. Thai, Lao, Khmer and Myanmar, also written without spaces between words, are cut
+ * into words by ICU's dictionaries (`Intl.Segmenter`; Node ships full ICU).
  */
 const WORD = /[\p{L}\p{N}][\p{L}\p{N}\p{M}]*/gu;
-const UNSPACED = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}]/u;
-const UNSPACED_RUN = /([\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\u30fc]+)|([^\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\u30fc]+)/gu;
+/** A word that needs more than the regular expression: bigrams (BIGRAM) or dictionary segmentation (DICTIONARY). */
+const SPECIAL = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\p{Script=Thai}\p{Script=Lao}\p{Script=Khmer}\p{Script=Myanmar}]/u;
+const DICTIONARY = /[\p{Script=Thai}\p{Script=Lao}\p{Script=Khmer}\p{Script=Myanmar}]/u;
+const BIGRAM_RUN = /([\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\u30fc]+)|([^\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\u30fc]+)/gu;
+/** Locale-independent: ICU picks the dictionary by script. */
+const segmenter = new Intl.Segmenter('und', { granularity: 'word' });
 
 const FOLD = /ß|i\u0307|ς/g;
 const NEEDS_FOLD = /ß|i\u0307|ς/;
@@ -45,12 +52,16 @@ function split(text: string, characters?: string[]): string[] {
   if (!words) return [];
   const out: string[] = [];
   for (const word of words) {
-    if (!UNSPACED.test(word)) {
+    if (!SPECIAL.test(word)) {
       out.push(word);
       continue;
     }
-    for (const [, unspaced, other] of word.matchAll(UNSPACED_RUN)) {
-      if (other) { out.push(other); continue; }
+    for (const [, unspaced, other] of word.matchAll(BIGRAM_RUN)) {
+      if (other) {
+        if (!DICTIONARY.test(other)) out.push(other);
+        else for (const s of segmenter.segment(other)) if (s.isWordLike) out.push(s.segment);
+        continue;
+      }
       const chars = [...unspaced!];
       if (chars.length === 1) out.push(chars[0]!);
       else characters?.push(...chars);

@@ -18,6 +18,13 @@ t.test('tokenizer: Unicode words, case, compatibility forms', async (t) => {
   t.same(tokenize('Привет мир'), ['привет', 'мир']);
   t.same(tokenize('हिन्दी भाषा'), ['हिन्दी', 'भाषा'], 'Devanagari vowel signs do not split words');
   t.same(tokenize('東京に行く'), ['東京', '京に', 'に行', '行く'], 'unspaced scripts become bigrams');
+  t.same(tokenize('고양이가 귀엽다'), ['고양', '양이', '이가', '귀엽', '엽다'], 'Hangul becomes bigrams within each spaced word');
+  t.same(tokenize('집'), ['집'], 'a one-syllable Korean word stays one token');
+  t.same(tokenize('ฉันรักแมว 3 ตัว'), ['ฉัน', 'รัก', 'แมว', '3', 'ตัว'], 'Thai is cut into dictionary words');
+  t.same(tokenize('ຂ້ອຍຮັກແມວ'), ['ຂ້ອຍ', 'ຮັກ', 'ແມວ'], 'Lao');
+  t.same(tokenize('ខ្ញុំស្រឡាញ់ឆ្មា'), ['ខ្ញុំ', 'ស្រឡាញ់', 'ឆ្មា'], 'Khmer');
+  t.same(tokenize('ကြောင်ကိုချစ်တယ်'), ['ကြောင်', 'ကို', 'ချစ်', 'တယ်'], 'Myanmar');
+  t.same(tokenize('Bangkok กรุงเทพ'), ['bangkok', 'กรุงเทพ'], 'a Latin word next to a Thai one is untouched');
   t.same(tokenize('...  !!'), []);
 });
 
@@ -71,6 +78,18 @@ t.test('BM25', async (t) => {
     t.same(cjk.search('s', '猫', 10).map((h) => h.id).sort(), ['ja', 'one', 'zh']);
     t.same(cjk.search('s', '東京', 10), [], 'a longer query still needs its bigrams: 京 alone does not match 東京');
     t.same(cjk.search('s', '京都', 10).map((h) => h.id), ['kyoto']);
+  });
+  t.test('Korean words with particles and Thai words inside a sentence match the bare word', async (t) => {
+    const index = new Bm25Index();
+    index.upsert('s', 'subject', '고양이가 귀엽다');
+    index.upsert('s', 'object', '나는 고양이를 좋아해');
+    index.upsert('s', 'dog', '강아지가 짖는다');
+    index.upsert('s', 'thai-cat', 'ฉันรักแมวมาก');
+    index.upsert('s', 'thai-dog', 'ฉันรักหมา');
+    t.same(index.search('s', '고양이', 10).map((h) => h.id).sort(), ['object', 'subject']);
+    t.same(index.search('s', '집', 10), [], 'a syllable no memory holds matches nothing');
+    t.same(index.search('s', 'แมว', 10).map((h) => h.id), ['thai-cat']);
+    t.same(index.search('s', 'รัก', 10).map((h) => h.id).sort(), ['thai-cat', 'thai-dog']);
   });
   t.test('term frequency is exact past 255 (BM25 saturates it; a cap reorders results)', async (t) => {
     const tf = new Bm25Index();
