@@ -15,6 +15,8 @@ export interface Config {
     tenantClaim: string;
     issuer?: string;
     audience?: string;
+    /** AUTH_SESSION_MAX_AGE: the longest a session token is accepted, from its `iat` (and never longer from now). */
+    sessionMaxAgeSeconds: number;
   };
   consistencyTimeoutMs: number;
   /** PROJECTIONS_THREAD: projection runners in their own worker thread (default) or in the HTTP thread. */
@@ -138,6 +140,7 @@ function authConfig(env: NodeJS.ProcessEnv): Config['auth'] {
     tenantClaim: optional(env.AUTH_TENANT_CLAIM) ?? 'tenant_id',
     issuer: optional(env.AUTH_ISSUER),
     audience: optional(env.AUTH_AUDIENCE),
+    sessionMaxAgeSeconds: bounded('AUTH_SESSION_MAX_AGE', 86_400, 60, 31_536_000, env),
   };
   if (auth.jwksUrl) {
     const missing = [auth.issuer ? [] : ['AUTH_ISSUER'], auth.audience ? [] : ['AUTH_AUDIENCE']].flat();

@@ -56,8 +56,13 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
         : await jwtVerify(token, keySource, options);
       const tenant = payload[config.tenantClaim];
       if (typeof payload.sub !== 'string' || payload.sub === '') throw new Error('no sub');
+      const nowSeconds = Date.now() / 1000;
       // jose checks `iat` only against a maximum age: a token issued in the future has not been issued yet.
-      if (typeof payload.iat === 'number' && payload.iat > Date.now() / 1000 + IAT_SKEW_SECONDS) throw new Error('iat in the future');
+      if (typeof payload.iat === 'number' && payload.iat > nowSeconds + IAT_SKEW_SECONDS) throw new Error('iat in the future');
+      // A session lasts at most AUTH_SESSION_MAX_AGE: counted from `iat` when the token has one, and in any
+      // case a token may not stay valid for longer than that from now (so leaving out `iat` does not help).
+      if (typeof payload.iat === 'number' && nowSeconds - payload.iat > config.sessionMaxAgeSeconds) throw new Error('session too old');
+      if (payload.exp! - nowSeconds > config.sessionMaxAgeSeconds + IAT_SKEW_SECONDS) throw new Error('session lifetime too long');
       if (typeof tenant !== 'string' || tenant === '') throw unauthorized(`session token has no ${config.tenantClaim} claim`);
       return { kind: 'session', user_id: payload.sub, tenant_id: tenant };
     } catch (error) {

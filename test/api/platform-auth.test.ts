@@ -29,6 +29,16 @@ t.test('sessions: only valid, signed, unexpired tokens with a tenant', async (t)
   const notYet = await new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
     .setNotBefore(inSeconds(600)).setExpirationTime(inSeconds(900)).sign(secret);
   t.equal((await list(notYet)).status, 401, 'not valid before (nbf) a later time');
+  // AUTH_SESSION_MAX_AGE (default 24 h), 2 s either side of the edge for the time the request takes.
+  const day = 86_400;
+  const issuedAgo = (age: number) => new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
+    .setIssuedAt(inSeconds(-age)).setExpirationTime(inSeconds(600)).sign(secret);
+  t.equal((await list(await issuedAgo(day - 2))).status, 200, 'a session just under the maximum age');
+  t.equal((await list(await issuedAgo(day + 2))).status, 401, 'a session just over the maximum age, although unexpired');
+  const lastingFor = (lifetime: number) => new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
+    .setExpirationTime(inSeconds(lifetime)).sign(secret);
+  t.equal((await list(await lastingFor(day))).status, 200, 'without iat: valid for the maximum age from now');
+  t.equal((await list(await lastingFor(day + 120))).status, 401, 'without iat: valid for longer than the maximum age from now');
   const numericSub = await new SignJWT({ tenant_id: 'tenant-a', sub: 42 } as Record<string, unknown>).setProtectedHeader({ alg: 'HS256' }).setExpirationTime('5m').sign(secret);
   t.equal((await list(numericSub)).status, 401, 'sub of the wrong type');
   const noTenant = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('u').setExpirationTime('5m')

@@ -26,3 +26,11 @@ t.test('AUTH_JWKS_URL needs AUTH_ISSUER and AUTH_AUDIENCE (a provider signs toke
   t.match(loadConfig({ ...jwks, AUTH_ISSUER: 'https://idp.example/', AUTH_AUDIENCE: 'cairn' }).auth, { issuer: 'https://idp.example/', audience: 'cairn' });
   t.equal(loadConfig({ AUTH_JWT_SECRET: 'a-secret-of-enough-length-for-hs256!' }).auth.audience, undefined, 'optional with an HS256 secret');
 });
+
+t.test('AUTH_SESSION_MAX_AGE: 24 h by default, 60 s to a year', async (t) => {
+  t.equal(loadConfig({}).auth.sessionMaxAgeSeconds, 86_400);
+  t.equal(loadConfig({ AUTH_SESSION_MAX_AGE: '60' }).auth.sessionMaxAgeSeconds, 60);
+  t.throws(() => loadConfig({ AUTH_SESSION_MAX_AGE: '59' }), /AUTH_SESSION_MAX_AGE must be an integer from 60 to 31536000/);
+  t.equal(loadConfig({ AUTH_SESSION_MAX_AGE: '31536000' }).auth.sessionMaxAgeSeconds, 31_536_000);
+  t.throws(() => loadConfig({ AUTH_SESSION_MAX_AGE: '31536001' }), /AUTH_SESSION_MAX_AGE/);
+});
