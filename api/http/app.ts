@@ -5,13 +5,13 @@ import type { Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { stringify as toYaml } from 'yaml';
 import type { RequestMeta } from '../../commands/bus.js';
-import { DomainError } from '../../domain/shared/decider.js';
+import { DomainError, type DomainErrorKind } from '../../domain/shared/decider.js';
 import { DuplicateEventIdError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import type { Logger } from '../../infra/logger.js';
 import { InvalidCursorError } from '../../infra/readstore/port.js';
 import { ConsistencyTimeoutError } from '../../projections/runner.js';
 import { buildOpenApi, type OpenApiInfo } from './openapi.js';
-import { badRequest, forbidden, ProblemError } from './problem.js';
+import { badRequest, forbidden, ProblemError, type ProblemChoice } from './problem.js';
 import { IDEMPOTENCY_KEY_PATTERN, mountRoutes, REQUEST_ID_PATTERN, type Mounting, type RouteDef } from './routes.js';
 
 const REQUEST_ID = new RegExp(REQUEST_ID_PATTERN);
@@ -37,14 +37,18 @@ export interface HttpAppOptions {
   authenticateUnmatched?(ctx: Koa.Context): Promise<unknown>;
 }
 
-const DOMAIN_STATUS: Record<DomainError['kind'], number> = {
-  invalid: 400, forbidden: 403, not_found: 404, conflict: 409, idempotency_mismatch: 422, not_implemented: 501,
+const DOMAIN_PROBLEMS: Record<DomainErrorKind, ProblemChoice> = {
+  invalid: [400, 'invalid'], forbidden: [403, 'forbidden'], not_found: [404, 'not-found'], conflict: [409, 'conflict'],
+  idempotency_mismatch: [422, 'idempotency-mismatch'], not_implemented: [501, 'not-implemented'],
 };
 
 /** Maps any thrown error to a problem: the one place statuses are decided. */
 export function toProblemError(error: unknown): ProblemError {
   if (error instanceof ProblemError) return error;
-  if (error instanceof DomainError) return new ProblemError(DOMAIN_STATUS[error.kind], error.kind.replace('_', '-'), error.message, error.details ?? {});
+  if (error instanceof DomainError) {
+    const [status, slug] = DOMAIN_PROBLEMS[error.kind];
+    return new ProblemError(status, slug, error.message, error.details ?? {});
+  }
   if (error instanceof WrongExpectedVersionError) {
     return new ProblemError(409, 'concurrency-conflict', 'the resource was changed concurrently; retry the request', { stream: error.stream });
   }
@@ -143,7 +147,7 @@ function decodable(path: string): boolean {
 }
 
 /** Node's statuses for the requests its HTTP parser refuses; anything else it refuses is 400. */
-const CLIENT_ERRORS: Record<string, [status: number, slug: string, detail: string]> = {
+const CLIENT_ERRORS: Record<string, readonly [...ProblemChoice, detail: string]> = {
   HPE_HEADER_OVERFLOW: [431, 'request-too-large', 'the URL and headers exceed the server\'s limit (16 KiB by default)'],
   HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'request-too-large', 'the chunk extensions exceed the server\'s limit'],
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'request-timeout', 'the request was not received in time'],

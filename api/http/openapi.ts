@@ -1,5 +1,5 @@
 import type { TSchema } from 'typebox';
-import { PROBLEM_BASE, PROBLEM_SCHEMA } from './problem.js';
+import { PROBLEM_BASE, PROBLEM_SCHEMA, PROBLEM_TYPES } from './problem.js';
 import { IDEMPOTENCY_KEY_PATTERN, REQUEST_ID_PATTERN, type AuthKind, type RouteDef } from './routes.js';
 
 export interface OpenApiInfo {
@@ -12,13 +12,29 @@ export interface OpenApiInfo {
 
 const SCHEME_NAMES: Record<AuthKind, string> = { key: 'ApiKey', session: 'SessionJwt', owner: 'OwnerToken' };
 
+const problemTypes = Object.entries(PROBLEM_TYPES);
+
+/** The problem types as a Markdown table: in the Problem schema here, and (a test keeps it so) in README. */
+export function problemTypesTable(): string {
+  return ['| `type` (after `' + PROBLEM_BASE + '`) | status | meaning |', '|---|---|---|']
+    .concat(problemTypes.map(([slug, { statuses, meaning }]) => `| \`${slug}\` | ${statuses.join(', ')} | ${meaning} |`))
+    .join('\n');
+}
+
 const ProblemSchema = {
   type: 'object',
   description: 'RFC 9457 problem details',
+  // Every type either service answers, with its statuses: the catalogue in api/http/problem.ts.
+  'x-problem-types': Object.fromEntries(problemTypes.map(([slug, { statuses, meaning }]) => [slug, { type: `${PROBLEM_BASE}${slug}`, status: statuses, meaning }])),
   required: ['type', 'title', 'status', 'detail'],
   properties: {
     $schema: { type: 'string', description: 'where this shape is described: this document\'s Problem schema', example: PROBLEM_SCHEMA },
-    type: { type: 'string', format: 'uri', example: `${PROBLEM_BASE}validation` },
+    type: {
+      type: 'string',
+      format: 'uri',
+      description: `What went wrong, as \`${PROBLEM_BASE}<slug>\`: one of these (also listed in the schema's \`x-problem-types\`). A client that meets a type it does not know should act on \`status\`.\n\n${problemTypesTable()}`,
+      examples: problemTypes.map(([slug]) => `${PROBLEM_BASE}${slug}`),
+    },
     title: { type: 'string' },
     status: { type: 'integer' },
     detail: { type: 'string' },
@@ -42,10 +58,27 @@ const ERROR_TEXT: Record<number, string> = {
   405: 'Method not allowed on this path (see Allow)',
   409: 'Conflict with the current state (e.g. concurrent write, duplicate name)',
   422: 'Idempotency-Key already used for a different request',
-  500: 'Store or provider failure (generic body)',
+  500: 'Internal failure: a store failed or something unexpected happened (`internal`), or a model provider failed where one is called (`provider-failure`); the body is generic, the server log has the details',
   501: 'Not implemented',
-  503: 'Read model not caught up to X-Min-Position in time (see Retry-After), a dependency not configured, or (sessions) the identity provider\'s keys unreachable',
+  503: 'Unavailable for now (the problem\'s `type` says why): a read model did not catch up in time (`not-caught-up`, see Retry-After), or something the operation needs is not configured (`not-configured`)',
 };
+const SESSION_UNAVAILABLE = ', or the identity provider\'s keys could not be fetched to verify the session (`identity-provider-unavailable`, see Retry-After)';
+
+/**
+ * Problem statuses an operation can answer whatever its handler does, added to those its route lists:
+ * 500 on every one (the stores can fail), 503 where it waits for a read model (X-Min-Position) or
+ * accepts dashboard sessions (not configured, or the identity provider's keys out of reach).
+ */
+function impliedErrors(r: RouteDef): number[] {
+  return (r.readModels?.length ?? 0) > 0 || r.auth.includes('session') ? [500, 503] : [500];
+}
+
+function errorText(r: RouteDef, status: number): string {
+  const text = ERROR_TEXT[status] ?? 'Error';
+  if (status === 403 && r.scope !== undefined && r.auth.includes('key')) return `${text}, or an API key without the scope \`${r.scope}\` (nor \`*\`)`;
+  if (status === 503 && r.auth.includes('session')) return text + SESSION_UNAVAILABLE;
+  return text;
+}
 
 function parameters(schema: TSchema | undefined, location: 'path' | 'query') {
   const s = schema as { properties?: Record<string, TSchema & { description?: string }>; required?: string[] } | undefined;
@@ -85,10 +118,9 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
         ...(doc.schema ? { content: { 'application/json': { schema: doc.schema } } } : {}),
       };
     }
-    for (const status of r.errors) {
-      const scoped = status === 403 && r.scope !== undefined && r.auth.includes('key');
+    for (const status of new Set([...r.errors, ...impliedErrors(r)])) {
       responses[String(status)] = {
-        description: scoped ? `${ERROR_TEXT[status]}, or an API key without the scope \`${r.scope}\` (nor \`*\`)` : ERROR_TEXT[status] ?? 'Error',
+        description: errorText(r, status),
         content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
       };
     }

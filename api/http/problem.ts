@@ -37,11 +37,49 @@ const TITLES: Record<number, string> = {
 
 export const PROBLEM_BASE = 'https://cairn.dev/problems/';
 
-export class ProblemError extends Error {
+/**
+ * Every problem `type` either service answers, as `PROBLEM_BASE` + slug: the statuses it comes with and
+ * what it means. The one source for the OpenAPI documents' Problem schema and README's table; a
+ * ProblemError with a slug (or a status) not listed here does not compile.
+ */
+export const PROBLEM_TYPES = {
+  validation: { statuses: [400], meaning: 'The request is invalid: a path or query parameter, a header or the body failed validation (`errors[]` names each), or the body could not be read as JSON (malformed, over 1 MiB, nested too deeply, wrong Content-Type, charset or Content-Encoding), or the path\'s percent-encoding is not UTF-8.' },
+  invalid: { statuses: [400], meaning: 'A rule of the domain refused the input (e.g. an API key name that is only whitespace).' },
+  aborted: { statuses: [400], meaning: 'The request body was not received completely.' },
+  'malformed-request': { statuses: [400], meaning: 'Not valid HTTP/1.1: refused by the HTTP parser.' },
+  'embeddings-not-configured': { statuses: [400], meaning: 'Memory service: semantic or hybrid search while `EMBEDDINGS_PROVIDER` is `none`.' },
+  unauthorized: { statuses: [401], meaning: 'Credentials missing, malformed, not valid, revoked or expired (with `WWW-Authenticate: Bearer`).' },
+  forbidden: { statuses: [403], meaning: 'A browser request (an `Origin` or `Sec-Fetch-Site` header), or on the memory service a `Host` not in `MEMORY_ALLOWED_HOSTS`.' },
+  'insufficient-scope': { statuses: [403], meaning: 'Platform: the API key lacks the scope the operation needs (its `x-required-scope`).' },
+  'not-found': { statuses: [404], meaning: 'No such resource (objects of another project included), or no route for the path.' },
+  'method-not-allowed': { statuses: [405], meaning: 'The path exists, but not for this method: `Allow` lists those it has.' },
+  'request-timeout': { statuses: [408], meaning: 'The request was not received in time.' },
+  conflict: { statuses: [409], meaning: 'The change conflicts with the current state: the project, agent or key exists already, or the agent name is taken (`agent_id` names its holder).' },
+  'concurrency-conflict': { statuses: [409], meaning: 'The resource kept being changed concurrently while the command was retried (`stream` names it): send the request again.' },
+  'duplicate-request': { statuses: [409], meaning: 'The events this request would append (their ids derive from its Idempotency-Key) are already in the log elsewhere: a repeat that cannot be answered as a replay. Nothing was written.' },
+  'idempotency-replay': { statuses: [409], meaning: 'Platform: a key creation repeated with its Idempotency-Key; the key exists, but its secret cannot be shown again.' },
+  'concurrent-delete': { statuses: [409], meaning: 'Memory service: a store changed nothing (the text was already held), and a concurrent request deleted that memory before the answer could be read; sending the store again stores the text anew.' },
+  'request-too-large': { statuses: [413, 431], meaning: 'The URL and headers exceed the server\'s limit (431), or a chunked body\'s chunk extensions do (413). A body over 1 MiB is `validation`.' },
+  'idempotency-mismatch': { statuses: [422], meaning: 'The Idempotency-Key was already used for a different request.' },
+  internal: { statuses: [500], meaning: 'An unexpected failure, e.g. of the event store or a read store: the body is generic and the server log has the details.' },
+  'provider-failure': { statuses: [500], meaning: 'Memory service: a model provider (chat or embeddings) failed or answered unusably; the upstream reply is logged, never returned.' },
+  'not-implemented': { statuses: [501], meaning: 'The operation is not implemented (no operation answers this at present).' },
+  'not-caught-up': { statuses: [503], meaning: 'A read model did not reach the position the request waits for (`X-Min-Position`, or the operation\'s own wait) within `CONSISTENCY_TIMEOUT_MS`: retry after `Retry-After`.' },
+  'not-configured': { statuses: [503], meaning: 'Something the operation needs is not configured: dashboard sessions (`AUTH_JWKS_URL` or `AUTH_JWT_SECRET`), or the memory service\'s chat provider (`LLM_BASE_URL`).' },
+  'identity-provider-unavailable': { statuses: [503], meaning: 'Platform: the identity provider\'s keys (`AUTH_JWKS_URL`) could not be fetched, so a session token cannot be verified now: retry after `Retry-After`.' },
+} as const satisfies Record<string, { statuses: readonly number[]; meaning: string }>;
+
+export type ProblemSlug = keyof typeof PROBLEM_TYPES;
+/** The statuses a problem type comes with. */
+export type ProblemStatus<S extends ProblemSlug = ProblemSlug> = (typeof PROBLEM_TYPES)[S]['statuses'][number];
+/** A status and a slug that go together: for tables that pick a problem (see api/http/app.ts). */
+export type ProblemChoice = { [S in ProblemSlug]: readonly [status: ProblemStatus<S>, slug: S] }[ProblemSlug];
+
+export class ProblemError<S extends ProblemSlug = ProblemSlug> extends Error {
   override readonly name = 'ProblemError';
   constructor(
-    readonly status: number,
-    readonly slug: string,
+    readonly status: ProblemStatus<S>,
+    readonly slug: S,
     readonly detail: string,
     readonly extra: { errors?: ProblemFieldError[]; headers?: Record<string, string>; [key: string]: unknown } = {},
   ) {

@@ -115,7 +115,8 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       description: 'The text is stored trimmed and NFC-normalised (at most 8,192 bytes as sent and as stored). Without `id`: a live memory of the scope that already holds the text (whatever its id) is returned unchanged when `session` is omitted or the same, and moved to the given `session` otherwise (`""` or null removes its label); a new text gets an id derived from it (SHA-256), or, when a memory with that id was since corrected by id to another text, the next free id derived from the text and a counter, so storing an old text again never undoes a correction. With `id`, the memory with that id in the scope is set to exactly this text and session (omitted: none), or created with that id if the scope has no live memory with it (e.g. after it was deleted). Responds with the stored memory and `X-Event-Position`. 409 (`concurrent-delete`) only when the store changed nothing (the text was already held) and a concurrent request deleted that memory before the answer could be read: sending the store again stores the text anew.',
       body: StoreMemoryBody,
       responses: { 200: { description: 'the stored memory', schema: MemoryView } },
-      errors: [...WRITE_ERRORS, 409],
+      // 503: the answer can wait for the memories read model (see storedView).
+      errors: [...WRITE_ERRORS, 409, 503],
       async handler({ body, meta }) {
         check(...checkText('body.text', body.text, MAX_TEXT_BYTES), ...checkSession(body.session));
         const { agent, user } = body.scope;

@@ -2,6 +2,7 @@ import t from 'tap';
 import { validate as validateOpenApi } from '@readme/openapi-parser';
 import { connect } from 'node:net';
 import { parse as parseYaml } from 'yaml';
+import { PROBLEM_TYPES } from '../../api/http/problem.js';
 import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
 
 const app = await startTestCairn();
@@ -93,19 +94,47 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   t.notOk('x-required-scope' in doc.paths['/api/v1/projects/{projectId}/keys'].post, 'session-only operations need no key scope');
   // Statuses the handlers can answer: creates that wait for their read model (503) and take an
   // Idempotency-Key (422 for a different request); key creation answers repeats with 409, and a 503 only
-  // before it creates anything (sessions cannot be verified), never for a slow read model.
+  // before it creates anything (sessions cannot be verified), never for a slow read model. Every
+  // operation can fail with 500; config writes (an API key, no read-model wait) never answer 503.
   const statuses = (p: string, m: string) => Object.keys(doc.paths[p][m].responses).sort();
-  t.same(statuses('/api/v1/agents', 'post'), ['200', '400', '401', '403', '404', '409', '422', '503']);
-  t.same(statuses('/api/v1/projects', 'post'), ['200', '400', '401', '403', '409', '422', '503']);
-  t.same(statuses('/api/v1/projects/{projectId}/keys/{keyId}', 'delete'), ['200', '400', '401', '403', '404', '503']);
-  t.same(statuses('/api/v1/projects/{projectId}/keys', 'post'), ['200', '400', '401', '403', '404', '409', '503']);
+  t.same(statuses('/api/v1/agents', 'post'), ['200', '400', '401', '403', '404', '409', '422', '500', '503']);
+  t.same(statuses('/api/v1/projects', 'post'), ['200', '400', '401', '403', '409', '422', '500', '503']);
+  t.same(statuses('/api/v1/projects/{projectId}/keys/{keyId}', 'delete'), ['200', '400', '401', '403', '404', '500', '503']);
+  t.same(statuses('/api/v1/projects/{projectId}/keys', 'post'), ['200', '400', '401', '403', '404', '409', '500', '503']);
+  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'put'), ['200', '400', '401', '403', '404', '500']);
+  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'delete'), ['204', '400', '401', '403', '404', '500']);
   t.match(doc.paths['/api/v1/projects/{projectId}/keys'].post.responses['503'].description, /identity provider/);
+  t.notMatch(doc.paths['/api/v1/agents'].get.responses['503'].description, /identity provider/, 'a key-only operation\'s 503 names no session cause');
   t.ok(statuses('/api/v1/projects/{projectId}/keys', 'post').includes('409'));
   t.equal(doc.paths['/api/v1/agents'].post.responses['422'].description, 'Idempotency-Key already used for a different request');
 
   const memory = await fetch(`${app.memoryUrl}/docs/openapi.json`);
   t.equal(memory.status, 200);
   t.equal(((await memory.json()) as any).openapi, '3.1.0');
+});
+
+t.test('both OpenAPI documents: 500 on every operation, 503 where it waits for a read model or verifies sessions, problem types published', async (t) => {
+  for (const [name, res] of [['platform', await app.platform('/docs/openapi.json')], ['memory', await app.memory('/docs/openapi.json')]] as const) {
+    const doc = (await res.json()) as any;
+    for (const [path, operations] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
+      for (const [method, op] of Object.entries(operations)) {
+        const where = `${name}: ${method.toUpperCase()} ${path}`;
+        t.match(op.responses['500'], { description: /`internal`/, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } }, `${where}: 500`);
+        const waits = op.parameters.some((p: { name: string }) => p.name === 'X-Min-Position');
+        const sessions = op.security.some((s: Record<string, unknown>) => 'SessionJwt' in s);
+        if (waits || sessions) t.ok(op.responses['503'], `${where}: 503 (${waits ? 'waits for a read model' : 'verifies sessions'})`);
+      }
+    }
+    const problem = doc.components.schemas.Problem;
+    t.same(Object.keys(problem['x-problem-types']), Object.keys(PROBLEM_TYPES), `${name}: x-problem-types lists the catalogue`);
+    t.same(problem['x-problem-types']['request-too-large'], { type: 'https://cairn.dev/problems/request-too-large', status: [413, 431], meaning: PROBLEM_TYPES['request-too-large'].meaning });
+    t.same(problem.properties.type.examples, Object.keys(PROBLEM_TYPES).map((slug) => `https://cairn.dev/problems/${slug}`), `${name}: the type's examples are every type`);
+    t.match(problem.properties.type.description, /\| `identity-provider-unavailable` \| 503 \|/, `${name}: the type's description has the table`);
+  }
+  // Memory commands that never wait answer no 503; a store can wait for the read model to report its answer.
+  const memory = (await (await app.memory('/docs/openapi.json')).json()) as any;
+  t.notOk(memory.paths['/v1/personality'].put.responses['503'], 'PUT /v1/personality: no 503');
+  t.ok(memory.paths['/v1/memories'].post.responses['503'], 'POST /v1/memories: 503');
 });
 
 t.test('both OpenAPI documents pass an OpenAPI 3.1 validator', async (t) => {
