@@ -26,7 +26,10 @@ export interface Cairn {
   reads: ReadStore;
   bus: CommandBus;
   projections: ProjectionHost;
-  waitFor(projections: string[], position: number): Promise<void>;
+  /** Waits until every named projection has applied `position`, bounded by CONSISTENCY_TIMEOUT_MS; released early when `signal` aborts. */
+  waitFor(projections: string[], position: number, signal?: AbortSignal): Promise<void>;
+  /** Read-model waits not yet settled (each ends when its position is reached, at its timeout, or when its client goes away). */
+  pendingWaits(): number;
   close(): Promise<void>;
 }
 
@@ -66,10 +69,15 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   const bus = new CommandBus(events, clock);
 
   let projections: ProjectionHost | undefined;
-  const waitFor = async (names: string[], position: number) => {
+  let pending = 0;
+  const settled = () => { pending -= 1; };
+  const waitFor = async (names: string[], position: number, signal?: AbortSignal) => {
     if (!projections) throw new Error('projections are not running');
     const host = projections;
-    await Promise.all(names.map((name) => host.waitFor(name, position, config.consistencyTimeoutMs)));
+    await Promise.all(names.map((name) => {
+      pending += 1;
+      return host.waitFor(name, position, config.consistencyTimeoutMs, signal).finally(settled);
+    }));
   };
   const memory = await createMemoryModule({ bus, events, reads, config, log, waitFor });
   // Created before the projections start: the api-keys projection tells it which cached keys changed.
@@ -92,7 +100,7 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
       .catch((error) => log.warn({ err: error, key_id: use.key_id }, 'could not record API key use'));
   };
 
-  const deps: PlatformDeps = { bus, events, reads, waitFor: (name, position) => waitFor([name], position), log };
+  const deps: PlatformDeps = { bus, events, reads, waitFor: (name, position, signal) => waitFor([name], position, signal), log };
   platformAuth = platformAuthenticator(config.auth, reads, recordKeyUse, clock);
   const platformApp = createPlatformApp(deps, {
     authenticate: platformAuth.authenticate,
@@ -109,6 +117,7 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
     platformUrl: urlOf(platformServer),
     memoryUrl: urlOf(memoryServer),
     events, reads, bus, projections: host, waitFor,
+    pendingWaits: () => pending,
     async close() {
       if (closed) return;
       closed = true;

@@ -21,8 +21,8 @@ export interface ProjectionHost {
   readonly thread?: Worker;
   /** Applied position of a projection, as this thread knows it. */
   position(name: string): number;
-  /** Resolves once `name` has applied everything up to `position`; ConsistencyTimeoutError after `timeoutMs`. */
-  waitFor(name: string, position: number, timeoutMs: number): Promise<void>;
+  /** Resolves once `name` has applied everything up to `position`; ConsistencyTimeoutError after `timeoutMs`; `signal`'s reason once it aborts. */
+  waitFor(name: string, position: number, timeoutMs: number, signal?: AbortSignal): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -50,7 +50,7 @@ class InlineHost implements ProjectionHost {
 
   get names(): string[] { return [...this.runners.keys()]; }
   position(name: string): number { return this.runner(name).currentPosition; }
-  waitFor(name: string, position: number, timeoutMs: number): Promise<void> { return this.runner(name).waitFor(position, timeoutMs); }
+  waitFor(name: string, position: number, timeoutMs: number, signal?: AbortSignal): Promise<void> { return this.runner(name).waitFor(position, timeoutMs, signal); }
 
   private runner(name: string): ProjectionRunner {
     const runner = this.runners.get(name);
@@ -165,8 +165,8 @@ class ThreadHost implements ProjectionHost {
     return this.positions.get(name) ?? 0;
   }
 
-  waitFor(name: string, position: number, timeoutMs: number): Promise<void> {
-    return waitForPosition(this.progress, name, () => this.position(name), name, position, timeoutMs);
+  waitFor(name: string, position: number, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+    return waitForPosition(this.progress, name, () => this.position(name), name, position, timeoutMs, signal);
   }
 
   async stop(): Promise<void> {

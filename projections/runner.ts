@@ -249,9 +249,9 @@ export class ProjectionRunner {
     await this.commit(() => (this.moved ? this.stored : this.position), async () => undefined).catch((error) => this.log?.warn({ err: error, projection: this.name }, 'could not store checkpoint'));
   }
 
-  /** Resolves once this projection has applied everything up to `position`; bounded by `timeoutMs`. */
-  waitFor(position: number, timeoutMs: number): Promise<void> {
-    return waitForPosition(this.progress, 'position', () => this.position, this.name, position, timeoutMs);
+  /** Resolves once this projection has applied everything up to `position`; bounded by `timeoutMs`, or ended by `signal`. */
+  waitFor(position: number, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+    return waitForPosition(this.progress, 'position', () => this.position, this.name, position, timeoutMs, signal);
   }
 
   /** Calls `listener` with each new applied position. */
@@ -274,10 +274,14 @@ export class ProjectionRunner {
 
 /**
  * Resolves once `current()` has reached `position`, told by `event`s of `progress` carrying the new
- * position; ConsistencyTimeoutError for projection `name` after `timeoutMs`.
+ * position; ConsistencyTimeoutError for projection `name` after `timeoutMs`. An aborted `signal` (the
+ * client that asked has gone) rejects at once with its reason and releases the listener and the timer.
  */
-export function waitForPosition(progress: EventEmitter, event: string, current: () => number, name: string, position: number, timeoutMs: number): Promise<void> {
+export function waitForPosition(
+  progress: EventEmitter, event: string, current: () => number, name: string, position: number, timeoutMs: number, signal?: AbortSignal,
+): Promise<void> {
   if (current() >= position) return Promise.resolve();
+  if (signal?.aborted) return Promise.reject(signal.reason);
   return new Promise((resolve, reject) => {
     const onProgress = (p: number) => {
       if (p < position) return;
@@ -288,11 +292,17 @@ export function waitForPosition(progress: EventEmitter, event: string, current: 
       cleanup();
       reject(new ConsistencyTimeoutError(name, position, current()));
     }, timeoutMs);
+    const onAbort = () => {
+      cleanup();
+      reject(signal!.reason);
+    };
     const cleanup = () => {
       clearTimeout(timer);
       progress.off(event, onProgress);
+      signal?.removeEventListener('abort', onAbort);
     };
     progress.on(event, onProgress);
+    signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
 

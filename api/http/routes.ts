@@ -29,6 +29,8 @@ export interface Call<P, Q, B> {
   meta: RequestMeta;
   koa: Koa.Context;
   log: Logger;
+  /** Aborts when the client goes away before its answer is finished: pass it to read-model waits. */
+  signal: AbortSignal;
 }
 
 export interface Reply {
@@ -42,6 +44,8 @@ export interface Reply {
 export interface ResponseDoc {
   description: string;
   schema?: TSchema;
+  /** Response headers this answer may carry, for the OpenAPI document. */
+  headers?: Record<string, { description: string; schema: TSchema }>;
 }
 
 export interface RouteDef<P extends TSchema = TSchema, Q extends TSchema = TSchema, B extends TSchema = TSchema> {
@@ -72,7 +76,8 @@ export function route<P extends TSchema, Q extends TSchema, B extends TSchema>(d
 
 export interface Mounting {
   authenticate(ctx: Koa.Context, accepted: AuthKind[]): Promise<Principal>;
-  waitFor(projections: string[], position: number): Promise<void>;
+  /** Rejects with `signal`'s reason (a ClientGoneError) once it aborts, releasing the wait. */
+  waitFor(projections: string[], position: number, signal?: AbortSignal): Promise<void>;
   /** Content types a JSON body may have (type-is patterns); default `application/json` and `+json` types. */
   jsonTypes?: string[];
 }
@@ -117,9 +122,19 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
         koa: ctx,
         // The request's logger is made on first use (see app.ts): most requests log nothing.
         get log() { return ctx.state.log as Logger; },
+        get signal() { return requestSignal(ctx); },
       };
-      if (minPosition !== undefined && def.readModels && def.readModels.length > 0) await mounting.waitFor(def.readModels, minPosition);
-      const reply = await def.handler(call as never);
+      let reply: Reply;
+      try {
+        if (minPosition !== undefined && def.readModels && def.readModels.length > 0) await mounting.waitFor(def.readModels, minPosition, requestSignal(ctx));
+        reply = await def.handler(call as never);
+      } catch (error) {
+        if (!(error instanceof ClientGoneError)) throw error;
+        // Nobody is left to answer: nothing is written (the socket is closed), and it is no failure of
+        // ours. 499 ("client closed request", as nginx logs it) is for the access log only.
+        ctx.status = 499;
+        return;
+      }
       if (reply.position !== undefined) ctx.set('X-Event-Position', String(reply.position));
       for (const [k, v] of Object.entries(reply.headers ?? {})) ctx.set(k, v);
       ctx.status = reply.status ?? 200;
@@ -130,6 +145,35 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
     };
     router.register(path, [def.method], handler, { name: def.operationId });
   }
+}
+
+/** Why a request's read-model wait ended early: its client closed the connection before the answer was finished. */
+export class ClientGoneError extends Error {
+  override readonly name = 'ClientGoneError';
+  constructor() {
+    super('the client closed the connection before its answer was finished');
+  }
+}
+
+const SIGNAL = Symbol('request signal');
+
+/**
+ * An AbortSignal that aborts (with a ClientGoneError) when the request's connection closes before its
+ * response is finished: a client that hangs up releases its waits instead of holding a listener and a
+ * timer for CONSISTENCY_TIMEOUT_MS. Made on first use, once per request. (The response's 'close', not
+ * the request's: the request stream closes as soon as its body has been read.)
+ */
+export function requestSignal(ctx: Koa.Context): AbortSignal {
+  const state = ctx.state as { [SIGNAL]?: AbortSignal };
+  if (state[SIGNAL]) return state[SIGNAL];
+  const controller = new AbortController();
+  const res = ctx.res;
+  const closed = () => {
+    if (!res.writableFinished) controller.abort(new ClientGoneError());
+  };
+  if (res.destroyed) closed();
+  else res.once('close', closed);
+  return (state[SIGNAL] = controller.signal);
 }
 
 /** UUIDs in the path are case-insensitive (RFC 9562): ids are stored lower-case, so compare them that way. */

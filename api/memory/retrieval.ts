@@ -19,7 +19,7 @@ export const FUSION_DEPTH = 100;
 export interface RetrievalDeps {
   reads: ReadStore;
   headPosition(): Promise<number>;
-  waitFor(projections: string[], position: number): Promise<void>;
+  waitFor(projections: string[], position: number, signal?: AbortSignal): Promise<void>;
   lexical: { index: LexicalIndex; sync: Pick<IndexSync<unknown>, 'ready'> };
   /** Absent when EMBEDDINGS_PROVIDER=none. */
   semantic?: { embedder: Embedder; index: VectorIndex; sync: Pick<IndexSync<unknown>, 'ready'> };
@@ -54,9 +54,9 @@ export class Retrieval {
    * Read-your-writes by default: waits (bounded by CONSISTENCY_TIMEOUT_MS, then 503) until the read models
    * have applied every event appended before this request arrived.
    */
-  async consistent(projections: string[]): Promise<void> {
+  async consistent(projections: string[], signal?: AbortSignal): Promise<void> {
     const head = await this.deps.headPosition();
-    await this.deps.waitFor(projections, head);
+    await this.deps.waitFor(projections, head, signal);
   }
 
   requireMode(mode: SearchMode): void {

@@ -29,8 +29,12 @@ export interface MemoryRouteDeps {
   retrieval: Retrieval;
   /** Absent when LLM_BASE_URL is not set. */
   chat?: ChatProvider;
-  waitFor(projections: string[], position: number): Promise<void>;
+  /** `signal`: the call's (see Call.signal), so a client that hangs up releases the wait. */
+  waitFor(projections: string[], position: number, signal?: AbortSignal): Promise<void>;
 }
+
+/** Read lazily: a request makes its AbortSignal only if it has to wait. */
+type Caller = { readonly signal: AbortSignal };
 
 const TAG = 'Memory';
 const DEFAULT_LIMIT = 5;
@@ -84,7 +88,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
    * The memory as stored by a command: from its event, or, when nothing changed, from the scope's state.
    * `id` undefined: a store without id, which went to the memory holding the text (see resolveId).
    */
-  async function storedView(result: CommandResult<MemoryState, MemoryEvent>, agent: string, user: string, id: string | undefined, text: string): Promise<MemoryView> {
+  async function storedView(result: CommandResult<MemoryState, MemoryEvent>, agent: string, user: string, id: string | undefined, text: string, caller: Caller): Promise<MemoryView> {
     for (const e of result.events) {
       if ((e.type === 'MemoryStored' || e.type === 'MemoryUpdated') && (id === undefined ? e.data.text === text : e.data.memory_id === id)) {
         return { id: e.data.memory_id, text: e.data.text, session: e.data.session, created_at: e.data.created_at, updated_at: e.type === 'MemoryUpdated' ? e.data.updated_at : e.data.created_at };
@@ -95,15 +99,15 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     const live = result.state.memories.get(memoryId);
     if (live) return { id: memoryId, text, session: live.session, created_at: live.created_at, updated_at: live.updated_at };
     // The cached state moved on (a concurrent request changed this memory since): report the read model.
-    await deps.waitFor([MEMORIES_PROJECTION], result.position);
+    await deps.waitFor([MEMORIES_PROJECTION], result.position, caller.signal);
     const doc = await reads.get<MemoryDoc>(MEMORIES, memoryDocId(agent, user, memoryId));
     if (doc) return toView(doc);
     throw new ProblemError(409, 'concurrent-delete', `memory ${memoryId} was deleted by a concurrent request`);
   }
 
   /** The memories with these ids that are live (as of `position` or later), in this order. */
-  async function liveViews(agent: string, user: string, ids: string[], position: number): Promise<MemoryView[]> {
-    await deps.waitFor([MEMORIES_PROJECTION], position);
+  async function liveViews(agent: string, user: string, ids: string[], position: number, caller: Caller): Promise<MemoryView[]> {
+    await deps.waitFor([MEMORIES_PROJECTION], position, caller.signal);
     const docs = await Promise.all(ids.map((id) => reads.get<MemoryDoc>(MEMORIES, memoryDocId(agent, user, id))));
     return docs.flatMap((doc) => (doc ? [toView(doc)] : []));
   }
@@ -117,7 +121,8 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       responses: { 200: { description: 'the stored memory', schema: MemoryView } },
       // 503: the answer can wait for the memories read model (see storedView).
       errors: [...WRITE_ERRORS, 409, 503],
-      async handler({ body, meta }) {
+      async handler(call) {
+        const { body, meta } = call;
         check(...checkText('body.text', body.text, MAX_TEXT_BYTES), ...checkSession(body.session));
         const { agent, user } = body.scope;
         const text = normalizeText(body.text);
@@ -126,7 +131,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const session = body.session === undefined ? {} : { session: sessionOf(body.session) };
         const result = await bus.handle(memoryStream(agent, user), memoryDecider,
           { type: 'StoreMemory', data: { agent, user, ...(body.id !== undefined ? { memory_id: body.id } : {}), text, ...session } }, meta);
-        return { body: await storedView(result, agent, user, body.id, text), position: result.position };
+        return { body: await storedView(result, agent, user, body.id, text, call), position: result.position };
       },
     }),
     route({
@@ -136,11 +141,11 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       body: SearchBody, readModels: [MEMORIES_PROJECTION],
       responses: { 200: { description: 'scored memories, best first', schema: SearchResponse } },
       errors: READ_ERRORS,
-      async handler({ body, log }) {
+      async handler({ body, log, signal }) {
         check(...checkText('body.query', body.query, MAX_TEXT_BYTES));
         const mode = body.mode ?? 'lexical';
         retrieval.requireMode(mode);
-        await retrieval.consistent(retrieval.readModels(mode));
+        await retrieval.consistent(retrieval.readModels(mode), signal);
         const results = await viaProvider(log, 'search', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT));
         return { body: { results } };
       },
@@ -151,11 +156,11 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       body: SearchBody, readModels: [MEMORIES_PROJECTION, PERSONALITY_PROJECTION],
       responses: { 200: { description: 'personality ("" when none is set) and scored memories', schema: ContextResponse } },
       errors: READ_ERRORS,
-      async handler({ body, log }) {
+      async handler({ body, log, signal }) {
         check(...checkText('body.query', body.query, MAX_TEXT_BYTES));
         const mode = body.mode ?? 'lexical';
         retrieval.requireMode(mode);
-        await retrieval.consistent(retrieval.readModels(mode, [PERSONALITY_PROJECTION]));
+        await retrieval.consistent(retrieval.readModels(mode, [PERSONALITY_PROJECTION]), signal);
         const [memories, personality] = await Promise.all([
           viaProvider(log, 'context', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT)),
           retrieval.personality(body.scope),
@@ -187,7 +192,8 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       body: IngestBody,
       responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
       errors: [...WRITE_ERRORS, 503],
-      async handler({ body, meta, log }) {
+      async handler(call) {
+        const { body, meta, log } = call;
         check(...checkText('body.text', body.text, MAX_TEXT_BYTES), ...checkSession(body.session));
         const chat = deps.chat;
         if (!chat) throw llmNotConfigured('ingest');
@@ -200,7 +206,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
           // A repeat answers the first ingest's facts without asking the provider again: the scope's state remembers it.
           const before = await bus.state(stream, memoryDecider, meta);
           const first = before.state.requests.get(fingerprint);
-          if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, before.position) }, position: before.position };
+          if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, before.position, call) }, position: before.position };
         }
         const reply = await viaProvider(log, 'ingest', () => chat.complete(extractionMessages(body.text), { json: true, temperature: 0 }));
         let extracted: string[];
@@ -231,9 +237,9 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const result = await bus.handle(stream, memoryDecider, { type: 'IngestFacts', data: { agent, user, session, facts, model: chat.model, ...repeat } }, meta);
         const first = fingerprint !== undefined && result.events.length === 0 ? result.state.requests.get(fingerprint) : undefined;
         // A concurrent request with the same key got there first: its facts are the answer.
-        if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, result.position) }, position: result.position };
+        if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, result.position, call) }, position: result.position };
         const stored: MemoryView[] = [];
-        for (const fact of facts) stored.push(await storedView(result, agent, user, undefined, fact));
+        for (const fact of facts) stored.push(await storedView(result, agent, user, undefined, fact, call));
         return { body: { facts: stored }, position: result.position };
       },
     }),
@@ -244,13 +250,13 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       body: SearchBody, readModels: [MEMORIES_PROJECTION, PERSONALITY_PROJECTION],
       responses: { 200: { description: 'the answer and the context it was given', schema: ChatResponse } },
       errors: READ_ERRORS,
-      async handler({ body, log }) {
+      async handler({ body, log, signal }) {
         check(...checkText('body.query', body.query, MAX_TEXT_BYTES));
         const mode = body.mode ?? 'lexical';
         retrieval.requireMode(mode);
         const chat = deps.chat;
         if (!chat) throw llmNotConfigured('chat');
-        await retrieval.consistent(retrieval.readModels(mode, [PERSONALITY_PROJECTION]));
+        await retrieval.consistent(retrieval.readModels(mode, [PERSONALITY_PROJECTION]), signal);
         const [memories, doc] = await Promise.all([
           viaProvider(log, 'chat', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT)),
           retrieval.personality(body.scope),
@@ -267,9 +273,9 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       query: ScopeQuery, readModels: retrieval.allReadModels(),
       responses: { 200: { description: 'the scope\'s data', schema: ExportResponse } },
       errors: READ_ERRORS,
-      async handler({ query }) {
+      async handler({ query, signal }) {
         const { agent, user } = query;
-        await retrieval.consistent(retrieval.allReadModels());
+        await retrieval.consistent(retrieval.allReadModels(), signal);
         const vectors = new Map<string, Stored<VectorDoc>>();
         if (retrieval.hasVectors) {
           for (let cursor: string | undefined; ;) {
@@ -291,7 +297,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         // needs no provider call): wait for its vector, and export none rather than an older text's.
         const behind = retrieval.hasVectors ? docs.filter((doc) => vectors.get(doc.memory_id)?._position !== doc._position) : [];
         if (behind.length > 0) {
-          await deps.waitFor([VECTORS_PROJECTION], behind.reduce((max, doc) => Math.max(max, doc._position), 0));
+          await deps.waitFor([VECTORS_PROJECTION], behind.reduce((max, doc) => Math.max(max, doc._position), 0), signal);
           for (const doc of behind) {
             const v = await reads.get<VectorDoc>(VECTORS, doc.id);
             if (v?._position === doc._position) vectors.set(doc.memory_id, v);

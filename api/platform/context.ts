@@ -11,8 +11,11 @@ export interface PlatformDeps {
   bus: CommandBus;
   events: EventStore;
   reads: ReadStore;
-  /** Waits until the named projection has applied `position` (used where a command must be visible at once, e.g. key revocation). */
-  waitFor(projection: string, position: number): Promise<void>;
+  /**
+   * Waits until the named projection has applied `position` (used where a command must be visible at once,
+   * e.g. key revocation); pass the call's `signal` so a client that hangs up releases the wait.
+   */
+  waitFor(projection: string, position: number, signal?: AbortSignal): Promise<void>;
   log: Logger;
 }
 

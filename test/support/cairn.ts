@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { SignJWT } from 'jose';
 import { startCairn, type Cairn } from '../../api/app.js';
 import { loadConfig } from '../../infra/config.js';
-import { createLogger } from '../../infra/logger.js';
+import { createLogger, type Logger } from '../../infra/logger.js';
 
 export const TEST_JWT_SECRET = 'test-secret-for-hs256-at-least-32-bytes!';
 
@@ -20,7 +20,7 @@ export interface TestCairn extends Cairn {
  * Starts the real app (both Koa servers on ephemeral ports, embedded stores in a temp DATA_DIR).
  * `env` overrides environment settings, e.g. { MEMORY_OWNER_TOKEN: 'x' } or LLM_BASE_URL.
  */
-export async function startTestCairn(env: Record<string, string> = {}, options: { dataDir?: string; clock?: () => Date } = {}): Promise<TestCairn> {
+export async function startTestCairn(env: Record<string, string> = {}, options: { dataDir?: string; clock?: () => Date; log?: Logger } = {}): Promise<TestCairn> {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'cairn-test-'));
   const config = loadConfig({
     AUTH_JWT_SECRET: TEST_JWT_SECRET,
@@ -30,7 +30,7 @@ export async function startTestCairn(env: Record<string, string> = {}, options: 
     MEMORY_PORT: '0',
     HOST: '127.0.0.1',
   });
-  const cairn = await startCairn({ config, log: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), clock: options.clock });
+  const cairn = await startCairn({ config, log: options.log ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), clock: options.clock });
   const call = (base: string) => (path: string, init: RequestInit & { json?: unknown } = {}) => {
     const { json, ...rest } = init;
     const headers = new Headers(rest.headers);

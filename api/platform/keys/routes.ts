@@ -35,7 +35,7 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       params: ProjectKeyParams, body: CreateApiKeyBody,
       responses: { 200: { description: 'the new key, including `key`', schema: ApiKeyCreated } },
       errors: [400, 401, 403, 404, 409, 503],
-      async handler({ params, body, principal, meta }) {
+      async handler({ params, body, principal, meta, signal }) {
         const project = await requireProject(deps, principal, params.projectId);
         const expiresAt = body.expires_at ?? null;
         // RFC 3339 allows second 60 (a leap second), which JavaScript dates cannot hold.
@@ -61,7 +61,7 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         // The key is durable now, and this response is the only time its secret is shown: if the read
         // model does not apply it within CONSISTENCY_TIMEOUT_MS, the key is still returned (it works as
         // soon as the projection catches up) rather than lost behind a 503.
-        await deps.waitFor('api-keys', result.position).catch((error: unknown) => {
+        await deps.waitFor('api-keys', result.position, signal).catch((error: unknown) => {
           if (!(error instanceof ConsistencyTimeoutError)) throw error;
           deps.log.warn({ key_id: keyId, position: result.position }, 'api key created; the api-keys read model has not applied it yet');
         });
@@ -94,11 +94,11 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       params: KeyParams,
       responses: { 200: { description: 'revoked', schema: Success } },
       errors: [400, 401, 403, 404, 503],
-      async handler({ params, principal, meta }) {
+      async handler({ params, principal, meta, signal }) {
         await requireProject(deps, principal, params.projectId);
         const result = await deps.bus.handle(apiKeyStream(params.keyId), apiKeyDecider,
           { type: 'RevokeApiKey', data: { key_id: params.keyId, project_id: params.projectId } }, meta);
-        await deps.waitFor('api-keys', result.position);
+        await deps.waitFor('api-keys', result.position, signal);
         return { body: { success: true }, position: result.position };
       },
     }),

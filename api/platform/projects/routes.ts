@@ -41,14 +41,14 @@ export function projectRoutes(deps: PlatformDeps): RouteDef[] {
       body: CreateProjectBody,
       responses: { 200: { description: 'the created project', schema: ProjectView } },
       errors: [400, 401, 403, 409, 422, 503],
-      async handler({ body, principal, meta }) {
+      async handler({ body, principal, meta, signal }) {
         check(nonBlank('body.name', body.name));
         if (principal.kind !== 'session') throw new Error('unreachable');
         const projectId = meta.request_key.startsWith('idem:') ? uuidv5(`${principal.tenant_id}/${meta.request_key}`, PROJECT_ID_NAMESPACE) : randomUUID();
         meta.project_id = projectId; // the event's metadata names the project it creates
         const result = await deps.bus.handle(projectStream(projectId), projectDecider,
           { type: 'CreateProject', data: { project_id: projectId, tenant_id: principal.tenant_id, name: body.name.trim() } }, meta);
-        await deps.waitFor('projects', result.position);
+        await deps.waitFor('projects', result.position, signal);
         const doc = await deps.reads.get<ProjectDoc>('projects', projectId);
         return { body: doc ? view(doc) : undefined, position: result.position };
       },
