@@ -111,7 +111,9 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
     }
     const responses: Record<string, unknown> = {};
     for (const [status, doc] of Object.entries(r.responses)) {
-      const headers = command ? { 'X-Event-Position': { description: 'Log position of the last event this command appended', schema: { type: 'string' } } } : undefined;
+      const headers = command || doc.headers
+        ? { ...(command ? { 'X-Event-Position': { description: 'Log position of the last event this command appended', schema: { type: 'string' } } } : {}), ...doc.headers }
+        : undefined;
       responses[status] = {
         description: doc.description,
         ...(headers ? { headers } : {}),

@@ -1,5 +1,6 @@
 import type { TSchema } from 'typebox';
 import { Compile } from 'typebox/compile';
+import { unpairedSurrogate } from '../../domain/shared/text.js';
 import { badRequest, type ProblemFieldError } from './problem.js';
 
 export type Location = 'body' | 'query' | 'path' | 'header';
@@ -74,17 +75,10 @@ export function byteLimit(location: string, value: string | undefined, max: numb
   return bytes > max ? { location, message: `must be at most ${max} bytes (is ${bytes})`, value: `${bytes} bytes` } : undefined;
 }
 
-/**
- * Text must be well-formed Unicode. Hashing and UTF-8 turn an unpaired surrogate into U+FFFD, so
- * "note \ud800" would be the memory of "note \ufffd" (or take the agent name "a\ufffdb") and be answered
- * with a text that was never stored.
- * (String.prototype.isWellFormed does the same, but is not in the ES2022 library we compile against.)
- */
+/** Text must be well-formed Unicode (see `unpairedSurrogate`): the problem names the first lone surrogate. */
 export function wellFormed(location: string, value: string | null | undefined): ProblemFieldError | undefined {
-  const lone = typeof value === 'string' ? /\p{Surrogate}/u.exec(value) : null;
-  if (!lone) return undefined;
-  const code = `U+${lone[0].charCodeAt(0).toString(16).toUpperCase()}`;
-  return { location, message: 'must be well-formed Unicode (no unpaired surrogates)', value: `${code} at UTF-16 offset ${lone.index}` };
+  const problem = typeof value === 'string' ? unpairedSurrogate(value) : undefined;
+  return problem && { location, ...problem };
 }
 
 export function nonBlank(location: string, value: string | undefined): ProblemFieldError | undefined {

@@ -1,4 +1,6 @@
 import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
+import { canonicalLanguage } from './language.js';
+import { agentNameProblems } from './names.js';
 
 export const agentStream = (agentId: string) => `agent-${agentId}`;
 /** One stream per (project, name) holds the name's reservation: names are unique within a project. */
@@ -48,6 +50,12 @@ export type ReserveAgentName = {
 export type AgentState = { exists: false } | { exists: true; request_key: string; request_hash: string; project_id: string };
 export type AgentNameState = { holder: string | null };
 
+/** The rules of a name, also for callers other than the HTTP API (which reports them per field first). */
+function requireValidName(name: string): void {
+  const [problem] = agentNameProblems(name);
+  if (problem) throw new DomainError('invalid', `agent name ${problem.message}${problem.value ? ` (${problem.value})` : ''}`);
+}
+
 export const agentDecider: Decider<AgentState, CreateAgent, AgentEvent> = {
   initialState: () => ({ exists: false }),
   decide(command, state, ctx): AgentCreated[] {
@@ -56,6 +64,10 @@ export const agentDecider: Decider<AgentState, CreateAgent, AgentEvent> = {
         if (state.exists) {
           if (replayOf(state, ctx)) return [];
           throw new DomainError('conflict', `agent ${command.data.agent_id} already exists`);
+        }
+        requireValidName(command.data.name);
+        if (canonicalLanguage(command.data.language) !== command.data.language) {
+          throw new DomainError('invalid', `agent language must be a BCP 47 tag in canonical form (e.g. "en-US"), not "${command.data.language}"`);
         }
         return [{ type: 'AgentCreated', data: { ...command.data, owner: ctx.actor, created_at: ctx.now, request_key: ctx.request_key, request_hash: ctx.request_hash } }];
       default: {
@@ -74,6 +86,7 @@ export const agentNameDecider: Decider<AgentNameState, ReserveAgentName, AgentNa
   decide(command, state, ctx): AgentNameReserved[] {
     const { project_id, name, agent_id, abandoned_holder } = command.data;
     if (state.holder === agent_id) return [];
+    requireValidName(name);
     if (state.holder !== null && state.holder !== abandoned_holder) {
       throw new DomainError('conflict', `an agent named "${name}" already exists in this project`, { agent_id: state.holder });
     }

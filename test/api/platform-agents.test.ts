@@ -121,6 +121,50 @@ t.test('names every URL client can look up, which are one name each', async (t) 
   }
 });
 
+t.test('names that hide or reorder what they show are refused, naming the code point; joiners that shape a script or an emoji are kept', async (t) => {
+  const refused: Array<[string, string]> = [
+    ['Av\u0000a', 'U+0000'], ['Av\u001Fa', 'U+001F'], ['Av\u007Fa', 'U+007F'], ['Av\u0080a', 'U+0080'], ['Av\u009Fa', 'U+009F'], ['Av\na', 'U+000A'],
+    ['Av\u202Ea', 'U+202E'], ['Av\u202Aa', 'U+202A'], ['Av\u2066a', 'U+2066'], ['Av\u2069a', 'U+2069'], ['Av\u200Ea', 'U+200E'], ['Av\u200Fa', 'U+200F'], ['Av\u061Ca', 'U+061C'],
+    ['Av\u200Ba', 'U+200B'], ['Av\u200Ca', 'U+200C'], ['Av\u200Da', 'U+200D'], ['Av\u2060a', 'U+2060'], ['Av\uFEFFa', 'U+FEFF'],
+    ['Av\u00ADa', 'U+00AD'], ['Av\u3164a', 'U+3164'], ['Av\u{E0001}a', 'U+E0001'], ['Av\uFE0Fa', 'U+FE0F'], ['Av\u2028a', 'U+2028'], ['Av\uFDD0a', 'U+FDD0'],
+  ];
+  for (const [name, code] of refused) {
+    const res = await create({ name });
+    t.equal(res.res.status, 400, code);
+    t.match(res.body, { errors: [{ location: 'body.name', value: `${code} at UTF-16 offset 2` }] }, `${code}: named, with where it is`);
+  }
+  // The API's trimming (String.prototype.trim) removes a BOM or line breaks around a name, as the lookup does.
+  t.equal((await create({ name: '\uFEFFTrimmed\n' })).body.name, 'Trimmed');
+  for (const name of ['Av\u00A0a', 'Av\u202Fa', 'क्\u200Dष', 'می\u200Cخواهم', '👩🏽\u200D💻 Ava', '❤\uFE0F Ava', '葛\u{E0100}西', 'Ava 🏴\u{E0067}\u{E0062}\u{E0073}\u{E0063}\u{E0074}\u{E007F}', 'אבא']) {
+    const res = await create({ name });
+    t.equal(res.res.status, 200, JSON.stringify(name));
+    const got = await app.platform(`/agents/${encodeURIComponent(name)}`, { headers: { ...bearer(a.key), 'X-Min-Position': res.position! } });
+    t.equal((await got.json()).agent_id, res.body.agent_id, `${JSON.stringify(name)} found by its URL-encoded name`);
+  }
+});
+
+t.test('language: BCP 47 in any case, stored and returned in canonical form; invalid tags are a 400 naming body.language', async (t) => {
+  for (const [sent, stored] of [['EN', 'en'], ['en-us', 'en-US'], ['zh-hant-tw', 'zh-Hant-TW'], ['SR-LATN-RS', 'sr-Latn-RS'], ['es-419', 'es-419'], ['iw', 'he']]) {
+    const res = await create({ name: `Lang ${sent}`, language: sent });
+    t.equal(res.res.status, 200, sent);
+    t.equal(res.body.language, stored, `${sent} is stored as ${stored}`);
+    t.equal(res.body.profile.language, stored);
+    const got = await app.platform(`/agents/${res.body.agent_id}`, { headers: { ...bearer(a.key), 'X-Min-Position': res.position! } });
+    t.equal((await got.json()).language, stored, 'and read back so');
+  }
+  for (const language of ['English', 'en_US', 'en--US', 'en-a', 'en-US-US', 'i-klingon', 'x-private', '']) {
+    const res = await create({ name: `Bad ${language}`, language });
+    t.equal(res.res.status, 400, JSON.stringify(language));
+    t.match(res.body, { errors: [{ location: 'body.language' }] });
+  }
+  const at35 = `en-${'a'.repeat(8)}-${'b'.repeat(8)}-${'c'.repeat(8)}-${'d'.repeat(5)}`;
+  t.equal((await create({ name: 'Lang 35', language: at35 })).res.status, 200, '35 characters');
+  t.equal((await create({ name: 'Lang 36', language: `${at35}e` })).res.status, 400, '36 characters');
+  const doc = await (await app.platform('/docs/openapi.json')).json();
+  const pattern: string = doc.paths['/api/v1/agents'].post.requestBody.content['application/json'].schema.properties.language.pattern;
+  t.ok(new RegExp(pattern).test('EN-us') && new RegExp(pattern).test('zh-Hant-TW'), `the OpenAPI pattern accepts what the server accepts (${pattern})`);
+});
+
 t.test('other fields', async (t) => {
   const bad = await create({ name: 'Bad', gender: 'robot', language: 'English', avatar_url: 'ftp://x', extra: 1 });
   t.equal(bad.res.status, 400);
@@ -197,5 +241,64 @@ t.test('projects are isolated', async (t) => {
   const listA = (await (await app.platform(`/agents?project_id=${a.projectId}`, { headers: { ...bearer(a.key), 'X-Min-Position': position! } })).json()) as Array<{ name: string; created_at: string }>;
   t.ok(listA.some((x) => x.name === 'Private'));
   t.same(listA.map((x) => x.created_at), [...listA.map((x) => x.created_at)].sort(), 'oldest first');
-  t.equal((await app.platform('/agents?limit=5', { headers: bearer(a.key) })).status, 400, 'unknown query parameters are rejected');
+  t.equal((await app.platform('/agents?offset=5', { headers: bearer(a.key) })).status, 400, 'unknown query parameters are rejected');
+});
+
+t.test('GET /agents pages with limit and cursor (X-Next-Cursor), and without them returns every agent as before', async (t) => {
+  const p = await projectWithKey(app, 'tenant-paging');
+  const headers = bearer(p.key);
+  let position = '0';
+  const names: string[] = [];
+  for (let i = 0; i < 5; i += 1) {
+    const res = await create({ name: `Pager ${i}` }, p.key);
+    t.equal(res.res.status, 200);
+    names.push(res.body.name);
+    position = res.position!;
+  }
+  const list = async (query: string) => {
+    const res = await app.platform(`/agents${query}`, { headers: { ...headers, 'X-Min-Position': position } });
+    return { status: res.status, next: res.headers.get('x-next-cursor'), body: (await res.json()) as any };
+  };
+  const all = await list('');
+  t.same(all.body.map((x: { name: string }) => x.name), names, 'no limit: every agent, oldest first, a bare array');
+  t.equal(all.next, null);
+
+  const atLimit = await list('?limit=5');
+  t.same(atLimit.body.map((x: { name: string }) => x.name), names, 'limit exactly the number of agents: all of them');
+  t.equal(atLimit.next, null, 'and no next page');
+  const pastLimit = await list('?limit=4');
+  t.same(pastLimit.body.map((x: { name: string }) => x.name), names.slice(0, 4), 'one fewer');
+  t.ok(pastLimit.next, 'then a cursor');
+  const last = await list(`?limit=4&cursor=${encodeURIComponent(pastLimit.next!)}`);
+  t.same(last.body.map((x: { name: string }) => x.name), names.slice(4), 'the next page has the rest');
+  t.equal(last.next, null);
+
+  const walked: string[] = [];
+  for (let query = '?limit=2'; ;) {
+    const page = await list(query);
+    walked.push(...page.body.map((x: { name: string }) => x.name));
+    if (!page.next) break;
+    query = `?limit=2&cursor=${encodeURIComponent(page.next)}`;
+  }
+  t.same(walked, names, 'pages of 2 walk the whole list once');
+
+  t.equal((await list('?limit=500')).status, 200, 'limit 500');
+  for (const query of ['?limit=501', '?limit=0', '?limit=1.5', '?limit=x']) {
+    const res = await list(query);
+    t.equal(res.status, 400, query);
+    t.match(res.body, { errors: [{ location: 'query.limit' }] });
+  }
+  for (const query of ['?limit=2&cursor=not-a-cursor', `?cursor=${encodeURIComponent(pastLimit.next!)}`]) {
+    const res = await list(query);
+    t.equal(res.status, 400, query);
+    t.match(res.body, { errors: [{ location: 'query.cursor' }] });
+  }
+  const other = await app.platform(`/agents?limit=5&cursor=${encodeURIComponent(pastLimit.next!)}`, { headers: { ...bearer(a.key), 'X-Min-Position': position } });
+  t.ok(((await other.json()) as Array<{ project_id: string }>).every((x) => x.project_id === a.projectId), 'a cursor never reaches into another project');
+
+  const doc = await (await app.platform('/docs/openapi.json')).json();
+  const op = doc.paths['/api/v1/agents'].get;
+  t.match(op.parameters.find((x: { name: string }) => x.name === 'limit'), { in: 'query', schema: { minimum: 1, maximum: 500 } });
+  t.ok(op.parameters.find((x: { name: string }) => x.name === 'cursor'));
+  t.ok(op.responses['200'].headers['X-Next-Cursor'], 'X-Next-Cursor is documented');
 });

@@ -6,14 +6,16 @@ import { DomainError } from '../../../domain/shared/decider.js';
 import {
   agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, type AgentEvent, type AgentProfile, type AgentState,
 } from '../../../domain/agents/decider.js';
+import { canonicalLanguage } from '../../../domain/agents/language.js';
+import { agentNameForm, agentNameProblems } from '../../../domain/agents/names.js';
 import { findAll } from '../../../infra/readstore/port.js';
 import type { AgentDoc } from '../../../projections/agents/projection.js';
-import { notFound } from '../../http/problem.js';
+import { badRequest, notFound } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
-import { check, nonBlank, wellFormed } from '../../http/validation.js';
+import { check } from '../../http/validation.js';
 import { UUID_PATTERN } from '../../shared/schemas.js';
 import { requireProject, type PlatformDeps } from '../context.js';
-import { AgentParams, AgentView, CreateAgentBody, ListAgentsQuery, MAX_AGENT_NAME } from './schemas.js';
+import { AgentParams, AgentView, CreateAgentBody, ListAgentsQuery } from './schemas.js';
 
 const AGENT_ID_NAMESPACE = 'c8d1e2f3-4a5b-4c6d-8e7f-901a2b3c4d5e';
 /** A reservation whose agent was not created within this time is treated as abandoned (its creation failed). */
@@ -39,7 +41,7 @@ export function agentView(a: Omit<AgentDoc, 'id' | 'updated_at'>): AgentView {
 export async function findAgent(deps: PlatformDeps, projectId: string, idOrName: string): Promise<AgentDoc> {
   let agent: AgentDoc | undefined;
   if (UUID_PATTERN.test(idOrName)) agent = await deps.reads.get<AgentDoc>('agents', idOrName.toLowerCase());
-  else agent = (await deps.reads.find<AgentDoc>('agents', { where: { project_id: projectId, name: idOrName.trim().normalize('NFC') }, limit: 1 })).items[0];
+  else agent = (await deps.reads.find<AgentDoc>('agents', { where: { project_id: projectId, name: agentNameForm(idOrName) }, limit: 1 })).items[0];
   if (!agent || agent.project_id !== projectId) throw notFound('agent not found');
   return agent;
 }
@@ -62,26 +64,26 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       body: CreateAgentBody,
       responses: { 200: { description: 'the created agent', schema: AgentView } },
       errors: [400, 401, 403, 404, 409, 422, 503],
-      async handler({ body, principal, meta }) {
+      async handler({ body, principal, meta, signal }) {
         if (principal.kind !== 'key') throw new Error('unreachable');
         const projectId = body.project_id?.toLowerCase() ?? principal.project_id;
         await requireProject(deps, principal, projectId);
-        const name = body.name.trim().normalize('NFC');
+        const name = agentNameForm(body.name);
+        const language = canonicalLanguage(body.language ?? 'en');
         check(
-          nonBlank('body.name', body.name),
-          [...name].length > MAX_AGENT_NAME ? { location: 'body.name', message: `must not have more than ${MAX_AGENT_NAME} characters (after trimming and NFC normalisation)`, value: body.name } : undefined,
+          // Blank, too long (in the stored form), unpaired surrogates (which hashing and UTF-8 URLs turn into
+          // U+FFFD: such a name would collide with others and could not be looked up), invisible characters.
+          ...agentNameProblems(name).map(({ message, value }) => ({ location: 'body.name', message, value: value ?? body.name })),
           UUID_PATTERN.test(name) ? { location: 'body.name', message: 'must not look like a UUID (names and ids share GET /agents/{agentId})', value: body.name } : undefined,
           // URL clients resolve "." and ".." (also as %2E) as path segments: GET /agents/{agentId} could never name them.
           name === '.' || name === '..' ? { location: 'body.name', message: 'must not be "." or ".." (URL clients resolve them as path segments)', value: body.name } : undefined,
-          // Hashed (the name's reservation) and in a URL (UTF-8), an unpaired surrogate becomes U+FFFD: such a
-          // name would collide with others and could not be looked up.
-          wellFormed('body.name', name),
+          language === undefined ? { location: 'body.language', message: 'must be a valid BCP 47 language tag with an ISO 639 language code (e.g. "en", "en-US", "zh-Hant-TW")', value: body.language } : undefined,
         );
         const agentId = uuidv5(`${projectId}/${meta.request_key}`, AGENT_ID_NAMESPACE);
         const profile: Omit<AgentProfile, 'owner'> = {
           agent_id: agentId, project_id: projectId, name,
           bio: body.bio ?? null, gender: body.gender ?? null, avatar_url: body.avatar_url ?? null,
-          big5: body.big5 ?? NEUTRAL_BIG5, language: body.language ?? 'en', personality_prompt: body.personality_prompt ?? null,
+          big5: body.big5 ?? NEUTRAL_BIG5, language: language ?? 'en', personality_prompt: body.personality_prompt ?? null,
           speech_patterns: body.speech_patterns ?? [], true_interests: body.true_interests ?? [], true_dislikes: body.true_dislikes ?? [],
         };
         const nameStream = agentNameStream(projectId, nameKey(name));
@@ -111,23 +113,37 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         const created = result.events[0]?.data;
         if (created) return { body: agentView(created), position: result.position };
         // Idempotent replay: answer with the agent as created the first time.
-        await deps.waitFor('agents', result.position);
+        await deps.waitFor('agents', result.position, signal);
         return { body: agentView(await findAgent(deps, projectId, agentId)), position: result.position };
       },
     }),
     route({
       method: 'GET', path: '/agents', operationId: 'listAgents', tag: 'Agents', auth: ['key'], scope: 'agents:read',
       summary: 'List the project\'s agents, oldest first',
+      description: 'With `limit`, one page: the `X-Next-Cursor` header, present while more agents follow, is the `cursor` of the next page. Without `limit`, every agent.',
       query: ListAgentsQuery, readModels: ['agents'],
-      responses: { 200: { description: 'agents', schema: Type.Array(AgentView) } },
+      responses: {
+        200: {
+          description: 'agents',
+          schema: Type.Array(AgentView),
+          headers: { 'X-Next-Cursor': { description: 'with `limit`: the `cursor` of the next page; absent on the last page', schema: Type.String() } },
+        },
+      },
       errors: [400, 401, 403, 404, 503],
       async handler({ query, principal }) {
         if (principal.kind !== 'key') throw new Error('unreachable');
         const projectId = query.project_id?.toLowerCase() ?? principal.project_id;
         await requireProject(deps, principal, projectId);
-        const agents: AgentView[] = [];
-        for await (const doc of findAll<AgentDoc>(deps.reads, 'agents', { where: { project_id: projectId }, sort: { field: 'created_at', order: 'asc' } })) agents.push(agentView(doc));
-        return { body: agents };
+        const options = { where: { project_id: projectId }, sort: { field: 'created_at', order: 'asc' as const } };
+        if (query.limit === undefined) {
+          if (query.cursor !== undefined) throw badRequest('invalid query', [{ location: 'query.cursor', message: 'needs limit (the size of the page it starts)', value: query.cursor }]);
+          const agents: AgentView[] = [];
+          for await (const doc of findAll<AgentDoc>(deps.reads, 'agents', options)) agents.push(agentView(doc));
+          return { body: agents };
+        }
+        const page = await deps.reads.find<AgentDoc>('agents', { ...options, limit: query.limit, cursor: query.cursor });
+        const headers: Record<string, string> = page.next_cursor ? { 'X-Next-Cursor': page.next_cursor } : {};
+        return { body: page.items.map(agentView), headers };
       },
     }),
     route({

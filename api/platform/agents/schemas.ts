@@ -1,4 +1,6 @@
 import Type, { type Static } from 'typebox';
+import { LANGUAGE_PATTERN, MAX_LANGUAGE_TAG } from '../../../domain/agents/language.js';
+import { MAX_AGENT_NAME } from '../../../domain/agents/names.js';
 import { DateTime, Uuid } from '../../shared/schemas.js';
 
 const Score = Type.Number({ minimum: 0, maximum: 1 });
@@ -7,29 +9,28 @@ export const Big5 = Type.Object({
 }, { additionalProperties: false, description: 'all five scores, each 0.0-1.0' });
 
 const Phrases = Type.Array(Type.String({ minLength: 1, maxLength: 500 }), { maxItems: 100 });
-/**
- * Names are stored trimmed and NFC-normalised, and the limit applies to that (the route checks it): the text
- * sent may be longer (surrounding spaces; decomposed accents or Hangul take up to four code points each).
- */
-export const MAX_AGENT_NAME = 128;
-export const LANGUAGE_PATTERN = '^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$';
-
 export const CreateAgentBody = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: 4 * MAX_AGENT_NAME, description: `at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; must not look like a UUID nor be "." or ".."` }),
+  name: Type.String({ minLength: 1, maxLength: 4 * MAX_AGENT_NAME, description: `at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; no control characters, bidirectional controls, line separators, noncharacters or invisible (default-ignorable) characters, except zero-width joiners, variation selectors and tags where they shape a script or an emoji; must not look like a UUID nor be "." or ".."` }),
   personality_prompt: Type.Optional(Type.String({ maxLength: 16000 })),
   big5: Type.Optional(Big5),
   speech_patterns: Type.Optional(Phrases),
   true_interests: Type.Optional(Phrases),
   true_dislikes: Type.Optional(Phrases),
   project_id: Type.Optional(Uuid),
-  language: Type.Optional(Type.String({ pattern: LANGUAGE_PATTERN, maxLength: 35, description: 'ISO 639 code, optionally with a region (BCP 47); default "en"' })),
+  language: Type.Optional(Type.String({ pattern: LANGUAGE_PATTERN, maxLength: MAX_LANGUAGE_TAG, description: 'BCP 47 language tag whose language is an ISO 639 code, in any case (tags are case-insensitive): "en", "EN-us", "zh-hant-tw"; stored and returned in canonical form ("en-US", "zh-Hant-TW"); default "en"' })),
   bio: Type.Optional(Type.String({ maxLength: 8000 })),
   gender: Type.Optional(Type.Union([Type.Literal('male'), Type.Literal('female'), Type.Literal('non_binary')])),
   avatar_url: Type.Optional(Type.String({ format: 'uri', pattern: '^https?://', maxLength: 2048 })),
 }, { additionalProperties: false });
 export type CreateAgentBody = Static<typeof CreateAgentBody>;
 
-export const ListAgentsQuery = Type.Object({ project_id: Type.Optional(Uuid) }, { additionalProperties: false });
+/** Page sizes of GET /agents, as the spec's lists have them (1-500). */
+export const MAX_AGENTS_PAGE = 500;
+export const ListAgentsQuery = Type.Object({
+  project_id: Type.Optional(Uuid),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_AGENTS_PAGE, description: `at most this many agents (1-${MAX_AGENTS_PAGE}), oldest first; when more follow, X-Next-Cursor says where to go on. Without it, every agent of the project is returned (as before paging existed)` })),
+  cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 1024, description: 'opaque: the X-Next-Cursor of the previous page (with the same project_id); needs `limit`' })),
+}, { additionalProperties: false });
 export const AgentParams = Type.Object({ agentId: Type.String({ minLength: 1, maxLength: 4 * MAX_AGENT_NAME, description: 'agent UUID or URL-encoded name' }) }, { additionalProperties: false });
 
 const Mood = Type.Object({
@@ -45,7 +46,7 @@ export const AgentView = Type.Object({
   gender: Type.Union([Type.String(), Type.Null()]),
   avatar_url: Type.Union([Type.String(), Type.Null()]),
   big5: Big5,
-  language: Type.String(),
+  language: Type.String({ description: 'canonical BCP 47 tag' }),
   personality_prompt: Type.Union([Type.String(), Type.Null()]),
   speech_patterns: Type.Array(Type.String()),
   true_interests: Type.Array(Type.String()),
