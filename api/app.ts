@@ -10,7 +10,9 @@ import type { ReadStore } from '../infra/readstore/port.js';
 import { openStores } from '../infra/stores.js';
 import { Throttle } from '../infra/throttle.js';
 import { startProjectionHost, type ProjectionHost } from '../projections/host.js';
+import { readiness } from '../projections/health.js';
 import { answerClientErrors } from './http/app.js';
+import { healthRoutes } from './http/health.js';
 import { createMemoryApp } from './memory/app.js';
 import { ownerAuthenticator } from './memory/guard.js';
 import { createMemoryModule } from './memory/module.js';
@@ -102,12 +104,14 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
 
   const deps: PlatformDeps = { bus, events, reads, waitFor: (name, position, signal) => waitFor([name], position, signal), log };
   platformAuth = platformAuthenticator(config.auth, reads, recordKeyUse, clock);
+  // Both services run on this process's projections: they answer /readyz alike.
+  const health = healthRoutes(() => readiness(host, events, config.readyMaxLag));
   const platformApp = createPlatformApp(deps, {
     authenticate: platformAuth.authenticate,
     waitFor,
-  }, config, log, clock);
+  }, config, log, clock, health);
   const authenticateOwner = ownerAuthenticator(config.memory.ownerToken);
-  const memoryApp = createMemoryApp(memory.routes, { authenticate: (ctx) => authenticateOwner(ctx), waitFor, jsonTypes: ['application/json'] }, config, log);
+  const memoryApp = createMemoryApp(memory.routes, { authenticate: (ctx) => authenticateOwner(ctx), waitFor, jsonTypes: ['application/json'] }, config, log, health);
 
   const platformServer = await listen(platformApp, config.host, config.port);
   const memoryServer = await listen(memoryApp, config.host, config.memoryPort);

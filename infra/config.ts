@@ -27,6 +27,11 @@ export interface Config {
    * milliseconds; acknowledging writes is the critical path.
    */
   projectionsNice: number;
+  /**
+   * READY_MAX_LAG: how many events a projection may be behind the log before `/readyz` answers 503.
+   * Unset (the default): lag alone never makes a node not ready (every node behind the same log lags alike).
+   */
+  readyMaxLag?: number;
   memory: {
     ownerToken?: string;
     allowedHosts?: string[];
@@ -70,6 +75,11 @@ function bounded(name: string, fallback: number, min: number, max: number, env: 
   const value = int(name, fallback, env);
   if (value < min || value > max) throw new Error(`${name} must be an integer from ${min} to ${max}, got "${env[name]}"`);
   return value;
+}
+
+/** Unset or empty: undefined; otherwise as `bounded`. */
+function optionalBounded(name: string, min: number, max: number, env: NodeJS.ProcessEnv): number | undefined {
+  return optional(env[name]) === undefined ? undefined : bounded(name, min, min, max, env);
 }
 
 function optional(value: string | undefined): string | undefined {
@@ -164,6 +174,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     consistencyTimeoutMs: int('CONSISTENCY_TIMEOUT_MS', 5000, env),
     projectionsThread: flag('PROJECTIONS_THREAD', true, env),
     projectionsNice: bounded('PROJECTIONS_NICE', 10, 0, 19, env),
+    // Up to the most `ops projections status` counts (LAG_COUNT_LIMIT).
+    readyMaxLag: optionalBounded('READY_MAX_LAG', 1, 100_000, env),
     memory: {
       ownerToken: ownerToken(env),
       allowedHosts: allowedHosts(env),

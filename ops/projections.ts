@@ -24,7 +24,7 @@ function findProjection(name: string): Projection {
 export function projectionCommands(program: Command): void {
   const projections = program.command('projections').description('read models: checkpoints, lag, rebuilds');
 
-  projections.command('status').description('checkpoint, head and lag of every projection')
+  projections.command('status').description('checkpoint, head, lag and failure of every projection')
     .option('--json', 'print JSON')
     .action(async (opts: { json?: boolean }) => withStores(async ({ events, reads }) => {
       // So that projections that never ran are listed too, with lag = head.
@@ -37,8 +37,9 @@ export function projectionCommands(program: Command): void {
       if (opts.json) return printJson(rows);
       printTable(rows.map(({ lag_at_least: atLeast, ...r }) => ({
         ...r, lag: atLeast ? `${r.lag}+` : r.lag, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position}`,
+        failing: r.failing && `${r.failing.count}x since ${r.failing.since} (last ${r.failing.last_at}): ${r.failing.message}`,
       })),
-        ['projection', 'position', 'head', 'lag', 'generation', 'updated_at', 'rebuilding']);
+        ['projection', 'position', 'head', 'lag', 'generation', 'updated_at', 'rebuilding', 'failing']);
     }));
 
   projections.command('rebuild').description('rebuild a read model from position 0 beside the live one, then swap it in')

@@ -8,6 +8,7 @@ import type { Config } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
 import { lowerThreadPriority } from '../infra/nice.js';
 import { openStores } from '../infra/stores.js';
+import { HEARTBEAT_INTERVAL_MS } from './health.js';
 import type { HostReport, SinkNote } from './host.js';
 import { allProjections } from './index.js';
 import type { IndexSink } from './memory/sync.js';
@@ -20,10 +21,11 @@ const log = createLogger(logLevel).child({ thread: 'projections' });
 lowerThreadPriority(config.projectionsNice);
 const port = parentPort!;
 
-let pending: Required<Pick<HostReport, 'notes' | 'positions'>> | undefined;
-const report = (): Required<Pick<HostReport, 'notes' | 'positions'>> => {
+type Pending = Required<Pick<HostReport, 'notes' | 'positions' | 'failures'>>;
+let pending: Pending | undefined;
+const report = (): Pending => {
   if (!pending) {
-    pending = { notes: [], positions: {} };
+    pending = { notes: [], positions: {}, failures: {} };
     setImmediate(() => {
       if (!pending) return;
       const message = pending;
@@ -51,16 +53,21 @@ const runners = projections.map((p) => new ProjectionRunner(p, events, reads, lo
 for (const runner of runners) {
   await runner.start();
   runner.onProgress((position) => { report().positions[runner.name] = position; });
+  runner.onFailure((failure) => { report().failures[runner.name] = failure; });
 }
 port.postMessage({
   ready: true,
   notes: pending?.notes ?? [],
   positions: Object.fromEntries(runners.map((r) => [r.name, r.currentPosition])),
+  failures: Object.fromEntries(runners.map((r) => [r.name, r.failure ?? null])),
 } satisfies HostReport);
 pending = undefined;
+// The heartbeat: a report (empty when nothing happened) every interval, so a blocked event loop shows.
+const heartbeat = setInterval(() => report(), HEARTBEAT_INTERVAL_MS);
 
 port.on('message', async (message: unknown) => {
   if (message !== 'stop') return;
+  clearInterval(heartbeat);
   for (const runner of runners) await runner.stop();
   await reads.close();
   await events.close();

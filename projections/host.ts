@@ -3,8 +3,9 @@ import type { Worker } from 'node:worker_threads';
 import type { Config } from '../infra/config.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { Logger } from '../infra/logger.js';
-import type { ReadStore } from '../infra/readstore/port.js';
+import type { ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
 import { startWorker } from '../infra/threads.js';
+import { HealthBoard, threadState, type HostHealth } from './health.js';
 import { allProjections, type ProjectionSinks } from './index.js';
 import { ProjectionRunner, waitForPosition } from './runner.js';
 
@@ -23,6 +24,8 @@ export interface ProjectionHost {
   position(name: string): number;
   /** Resolves once `name` has applied everything up to `position`; ConsistencyTimeoutError after `timeoutMs`; `signal`'s reason once it aborts. */
   waitFor(name: string, position: number, timeoutMs: number, signal?: AbortSignal): Promise<void>;
+  /** The thread's state and each projection's position, progress and failure (what `/readyz` reports). */
+  health(): HostHealth;
   stop(): Promise<void>;
 }
 
@@ -40,12 +43,21 @@ export async function startProjectionHost(options: HostOptions): Promise<Project
 
 class InlineHost implements ProjectionHost {
   readonly mode = 'inline' as const;
-  private constructor(private readonly runners: Map<string, ProjectionRunner>) {}
+  private constructor(private readonly runners: Map<string, ProjectionRunner>, private readonly board: HealthBoard) {}
 
   static async start({ config, events, reads, sinks, log }: HostOptions): Promise<InlineHost> {
     const runners = new Map(allProjections(config, sinks, log).map((p) => [p.name, new ProjectionRunner(p, events, reads, log)]));
-    for (const runner of runners.values()) await runner.start();
-    return new InlineHost(runners);
+    const board = new HealthBoard([...runners.keys()]);
+    for (const runner of runners.values()) {
+      runner.onProgress((position) => board.moved(runner.name, position));
+      runner.onFailure((failure) => board.failed(runner.name, failure));
+      await runner.start();
+    }
+    return new InlineHost(runners, board);
+  }
+
+  health(): HostHealth {
+    return { thread: { mode: 'inline', state: 'running', heartbeat_at: null, restarts: 0 }, projections: this.board.list() };
   }
 
   get names(): string[] { return [...this.runners.keys()]; }
@@ -63,12 +75,16 @@ class InlineHost implements ProjectionHost {
   }
 }
 
-/** What the projection thread sends: sink notes first, then positions, applied in that order. */
+/**
+ * What the projection thread sends: sink notes first, then positions, applied in that order; failures
+ * (null: over) as they change. It sends at least one report every HEARTBEAT_INTERVAL_MS.
+ */
 export interface HostReport {
   ready?: true;
   stopped?: true;
   notes?: SinkNote[];
   positions?: Record<string, number>;
+  failures?: Record<string, ProjectionFailure | null>;
 }
 export type SinkNote =
   | { sink: 'keys'; batch: string[] | 'all' }
@@ -80,13 +96,18 @@ const RESTART_DELAY_MS = 1000;
 
 class ThreadHost implements ProjectionHost {
   readonly mode = 'thread' as const;
-  private readonly positions = new Map<string, number>();
   private readonly progress = new EventEmitter();
   private worker: Worker | undefined;
   private stopping = false;
+  private readonly board: HealthBoard;
+  /** A thread is running: it reported ready and has not exited. */
+  private running = false;
+  private heardAt = 0;
+  private restarts = 0;
 
   private constructor(private readonly options: HostOptions, readonly names: readonly string[]) {
     this.progress.setMaxListeners(0);
+    this.board = new HealthBoard(names);
   }
 
   static async start(options: HostOptions): Promise<ThreadHost> {
@@ -103,9 +124,11 @@ class ThreadHost implements ProjectionHost {
     return new Promise((resolve, reject) => {
       let ready = false;
       worker.on('message', (report: HostReport) => {
+        this.heardAt = Date.now();
         this.receive(report);
         if (report.ready && !ready) {
           ready = true;
+          this.running = true;
           resolve();
         }
       });
@@ -116,6 +139,7 @@ class ThreadHost implements ProjectionHost {
       worker.on('exit', (code) => {
         if (this.worker !== worker || this.stopping) return;
         this.worker = undefined;
+        this.running = false;
         // Before ready the caller (start, or restartLater) decides what happens next.
         if (!ready) {
           reject(new Error(`projection thread exited with code ${code} before it was ready`));
@@ -131,7 +155,7 @@ class ThreadHost implements ProjectionHost {
   private restartLater(): void {
     setTimeout(() => {
       if (this.stopping) return;
-      this.launch().catch((error) => {
+      this.launch().then(() => { this.restarts++; }, (error) => {
         this.options.log.error({ err: error }, `could not restart the projection thread; trying again in ${RESTART_DELAY_MS} ms`);
         this.restartLater();
       });
@@ -153,16 +177,27 @@ class ThreadHost implements ProjectionHost {
     // As reported, also when lower: a runner that reloaded (a rebuilt generation swapped in, a new thread)
     // is back at its stored checkpoint, and waits must not pass on the position it had before.
     for (const [name, position] of Object.entries(report.positions ?? {})) {
-      this.positions.set(name, position);
+      this.board.moved(name, position);
       this.progress.emit(name, position);
     }
+    for (const [name, failure] of Object.entries(report.failures ?? {})) this.board.failed(name, failure);
+  }
+
+  health(): HostHealth {
+    const thread = {
+      mode: 'thread' as const,
+      state: threadState(this.running, this.heardAt, Date.now()),
+      heartbeat_at: this.heardAt > 0 ? new Date(this.heardAt).toISOString() : null,
+      restarts: this.restarts,
+    };
+    return { thread, projections: this.board.list() };
   }
 
   get thread(): Worker | undefined { return this.worker; }
 
   position(name: string): number {
     if (!this.names.includes(name)) throw new Error(`unknown projection ${name}`);
-    return this.positions.get(name) ?? 0;
+    return this.board.positionOf(name);
   }
 
   waitFor(name: string, position: number, timeoutMs: number, signal?: AbortSignal): Promise<void> {

@@ -1,7 +1,8 @@
 import { EventEmitter } from 'node:events';
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port.js';
-import type { CheckpointInfo, ReadStore } from '../infra/readstore/port.js';
+import type { CheckpointInfo, ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
 import type { Logger } from '../infra/logger.js';
+import { describeError, lagOf } from './health.js';
 import type { Projection } from './projection.js';
 
 const BATCH = 500;
@@ -9,6 +10,14 @@ const BATCH = 500;
 const BATCH_WINDOW_MS = 2;
 /** How soon a checkpoint advanced only by events this projection ignores is stored. */
 const PERSIST_IDLE_CHECKPOINT_MS = 1000;
+/** How long a failed runner waits before it retries from its checkpoint. */
+const RETRY_DELAY_MS = 1000;
+/**
+ * A failure outside a batch (reading the log, reloading the checkpoint, afterCommit; or one recorded
+ * before this runner started) has no event whose application would show it over: it is over once the
+ * retried subscription has waited this long for events without failing again.
+ */
+const RECOVERED_AFTER_MS = 10_000;
 
 export class ConsistencyTimeoutError extends Error {
   override readonly name = 'ConsistencyTimeoutError';
@@ -27,6 +36,8 @@ export interface ProjectionStatus {
   lag_at_least?: true;
   generation: number;
   updated_at: string | null;
+  /** As the projection's runner last recorded it (see ReadStore.recordFailure); null when it is not failing. */
+  failing: ProjectionFailure | null;
 }
 
 /**
@@ -51,7 +62,16 @@ export class ProjectionRunner {
   private readonly progress = new EventEmitter();
   private abort = new AbortController();
   private loop: Promise<void> | undefined;
-  private failure: unknown;
+  /**
+   * Set from a failure until the runner is past it: the batch that failed (from `until`, its first event)
+   * applied, or the position moved on; for a failure outside a batch (`batch: false`), also once the retried
+   * subscription has run for RECOVERED_AFTER_MS without one.
+   */
+  private failing: { failure: ProjectionFailure; until: number; batch: boolean } | undefined;
+  /** First position of the batch being prepared, applied and committed. */
+  private applying: number | undefined;
+  private recovery: NodeJS.Timeout | undefined;
+  private started = false;
   /** Set while afterCommit runs: a failure there may leave in-process state past the stored checkpoint. */
   private afterCommitFailed = false;
 
@@ -64,8 +84,9 @@ export class ProjectionRunner {
      * `batchWindowMs`: how long a batch waits for more events (default 2 ms). 0 takes only what is already
      * there: for a store that delivers commits in gathered chunks anyway (the projection thread's, which
      * reads announced commits at most every 2 ms), a second window would only add lag.
+     * `recoveredAfterMs`: RECOVERED_AFTER_MS (tests shorten it).
      */
-    private readonly options: { batchWindowMs?: number } = {},
+    private readonly options: { batchWindowMs?: number; recoveredAfterMs?: number } = {},
   ) {
     this.progress.setMaxListeners(0);
   }
@@ -76,7 +97,9 @@ export class ProjectionRunner {
   async start(): Promise<void> {
     await this.store.register(this.projection.name, this.projection.collections);
     await this.reload();
+    this.started = true;
     this.loop = this.run();
+    this.armRecovery();
   }
 
   /**
@@ -95,6 +118,12 @@ export class ProjectionRunner {
     this.moved = false;
     const reset = options.reset !== false || cp.generation !== generation;
     this.generation = cp.generation;
+    // A failure recorded by a runner before this one (a projection thread that died, a server restarted
+    // while the projection failed) goes on: the same since, counted on; a rebuilt generation starts afresh.
+    if (!this.started && cp.failure) {
+      this.failing = { failure: cp.failure, until: cp.position + 1, batch: false };
+      this.progress.emit('failure', cp.failure);
+    } else if (this.failing && (cp.generation !== generation || cp.position >= this.failing.until)) this.recovered();
     if (reset) await this.projection.reset?.();
     // Possibly lower than before (a rebuilt generation went live): whoever mirrors positions must know.
     this.progress.emit('position', this.position);
@@ -107,11 +136,12 @@ export class ProjectionRunner {
         if (this.moved && !this.abort.signal.aborted) await this.reload();
       } catch (error) {
         if (this.abort.signal.aborted) return;
-        this.failure = error;
+        this.fail(error);
         this.log?.error({ err: error, projection: this.name }, 'projection failed; retrying from its checkpoint');
-        await new Promise((r) => setTimeout(r, 1000));
+        await new Promise((r) => setTimeout(r, RETRY_DELAY_MS));
         // Only a failure after a commit (in afterCommit) can have left in-process state past the checkpoint.
         await this.reload({ reset: this.afterCommitFailed }).catch(() => undefined);
+        this.armRecovery();
       }
     }
   }
@@ -184,12 +214,13 @@ export class ProjectionRunner {
       this.schedulePersist();
       return true;
     }
+    this.applying = relevant[0]!.position;
     await this.projection.prepare?.(relevant, this.events);
     const ok = await this.commit(last, async (writer) => {
       for (const event of relevant) await this.projection.apply(event, writer);
     });
+    this.applying = undefined;
     if (!ok) return false;
-    this.failure = undefined;
     this.afterCommitFailed = true;
     this.projection.afterCommit?.(relevant, this.generation);
     this.afterCommitFailed = false;
@@ -211,6 +242,42 @@ export class ProjectionRunner {
   private advance(position: number): void {
     this.position = position;
     this.progress.emit('position', position);
+    if (this.failing && position >= this.failing.until) this.recovered();
+  }
+
+  /** Counts a failure: the batch being applied, if that is where it happened, has to be applied to end it. */
+  private fail(error: unknown): void {
+    const now = new Date().toISOString();
+    const previous = this.failing?.failure;
+    const failure = { message: describeError(error), since: previous?.since ?? now, count: (previous?.count ?? 0) + 1, last_at: now };
+    const batch = this.applying;
+    this.applying = undefined;
+    this.failing = { failure, until: batch ?? this.position + 1, batch: batch !== undefined };
+    this.reportFailure(failure);
+  }
+
+  private recovered(): void {
+    this.failing = undefined;
+    clearTimeout(this.recovery);
+    this.reportFailure(null);
+  }
+
+  /** Tells the host, and records it beside the checkpoint (queued with the commits) for other processes. */
+  private reportFailure(failure: ProjectionFailure | null): void {
+    this.progress.emit('failure', failure);
+    this.writes = this.writes.then(() => this.store.recordFailure(this.name, failure))
+      .catch((error) => this.log?.warn({ err: error, projection: this.name }, 'could not record the projection\'s failure'));
+  }
+
+  /** For a failure outside a batch: over once the subscription has waited for events, holding none, for RECOVERED_AFTER_MS. */
+  private armRecovery(): void {
+    const failing = this.failing;
+    if (!failing || failing.batch) return;
+    clearTimeout(this.recovery);
+    this.recovery = setTimeout(() => {
+      if (this.failing === failing && this.holding === 0 && this.applying === undefined && !this.abort.signal.aborted) this.recovered();
+    }, this.options.recoveredAfterMs ?? RECOVERED_AFTER_MS);
+    this.recovery.unref();
   }
 
   /**
@@ -259,11 +326,18 @@ export class ProjectionRunner {
     this.progress.on('position', listener);
   }
 
-  get lastError(): unknown { return this.failure; }
+  /** Calls `listener` when the runner starts failing, fails again (counted), or is past its failure (null). */
+  onFailure(listener: (failure: ProjectionFailure | null) => void): void {
+    this.progress.on('failure', listener);
+  }
+
+  /** Set while the runner retries after an error. */
+  get failure(): ProjectionFailure | undefined { return this.failing?.failure; }
 
   async stop(): Promise<void> {
     this.abort.abort();
     await this.loop;
+    clearTimeout(this.recovery);
     clearTimeout(this.persistTimer);
     this.persistTimer = undefined;
     await this.persist();
@@ -318,16 +392,13 @@ export const LAG_COUNT_LIMIT = 100_000;
 export async function projectionStatus(events: EventStore, store: ReadStore, checkpoints?: CheckpointInfo[]): Promise<ProjectionStatus[]> {
   const head = await events.headPosition();
   const list = checkpoints ?? (await store.listCheckpoints());
-  return Promise.all(list.map(async (cp) => {
-    const lag = cp.position >= head ? 0 : await events.countAfter(cp.position, LAG_COUNT_LIMIT);
-    return {
-      projection: cp.projection,
-      position: cp.position,
-      head,
-      lag,
-      ...(lag >= LAG_COUNT_LIMIT ? { lag_at_least: true as const } : {}),
-      generation: cp.generation,
-      updated_at: cp.updated_at,
-    };
-  }));
+  return Promise.all(list.map(async (cp) => ({
+    projection: cp.projection,
+    position: cp.position,
+    head,
+    ...(await lagOf(events, cp.position, head, LAG_COUNT_LIMIT)),
+    generation: cp.generation,
+    updated_at: cp.updated_at,
+    failing: cp.failure ?? null,
+  })));
 }

@@ -27,8 +27,8 @@ export interface HttpAppOptions {
   openapi: OpenApiInfo;
   yaml: boolean;
   log: Logger;
-  /** Extra public routes (health), mounted before the API. */
-  publicRoutes?(router: Router): void;
+  /** Routes outside the prefix (health): mounted before the API, and documented at the root of the OpenAPI document. */
+  publicRoutes?: RouteDef[];
   /**
    * When given, a request that matches no route (except on a public path: the OpenAPI documents and
    * `publicRoutes`) is authenticated before it gets 404 or 405, so only a caller with credentials
@@ -66,12 +66,14 @@ export function createHttpApp(options: HttpAppOptions): Koa {
   const router = new Router({ prefix: options.prefix });
   const docs = new Router();
   const openapi = buildOpenApi(options.openapi, options.routes);
+  const publicRoutes = options.publicRoutes ?? [];
+  openapi.paths = { ...buildOpenApi({ ...options.openapi, basePath: '' }, publicRoutes).paths as object, ...openapi.paths as object };
   docs.get('/docs/openapi.json', (ctx) => { ctx.body = openapi; });
   if (options.yaml) {
     const yaml = toYaml(openapi, { aliasDuplicateObjects: false });
     docs.get('/docs/openapi.yaml', (ctx) => { ctx.type = 'application/yaml'; ctx.body = yaml; });
   }
-  options.publicRoutes?.(docs);
+  mountRoutes(docs, publicRoutes, options.mounting);
   mountRoutes(router, options.routes, options.mounting);
 
   app.use(async (ctx, next) => {

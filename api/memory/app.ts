@@ -2,10 +2,12 @@ import type Koa from 'koa';
 import type { Config } from '../../infra/config.js';
 import type { Logger } from '../../infra/logger.js';
 import { createHttpApp } from '../http/app.js';
+import { healthRoutes } from '../http/health.js';
 import type { Mounting, RouteDef } from '../http/routes.js';
 import { memoryGuard } from './guard.js';
 
-export function createMemoryApp(routes: RouteDef[], mounting: Mounting, config: Config, log: Logger): Koa {
+/** `health`: the public /healthz and /readyz routes (see api/http/health.ts); /healthz alone for an app without projections. */
+export function createMemoryApp(routes: RouteDef[], mounting: Mounting, config: Config, log: Logger, health: RouteDef[] = healthRoutes()): Koa {
   return createHttpApp({
     name: 'memory',
     prefix: '',
@@ -21,11 +23,9 @@ export function createMemoryApp(routes: RouteDef[], mounting: Mounting, config: 
       basePath: '',
       securitySchemes: { owner: { description: 'MEMORY_OWNER_TOKEN, required when configured' } },
     },
-    publicRoutes(router) {
-      router.get('/healthz', (ctx) => { ctx.body = { status: 'ok' }; });
-    },
-    // Every request but /healthz and /docs/openapi.json carries the owner token (when one is configured),
-    // unknown routes and wrong methods included.
+    publicRoutes: health,
+    // Every request but /healthz, /readyz and /docs/openapi.json carries the owner token (when one is
+    // configured), unknown routes and wrong methods included.
     authenticateUnmatched: (ctx) => mounting.authenticate(ctx, ['owner']),
   });
 }

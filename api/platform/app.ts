@@ -14,7 +14,8 @@ export function platformRouteTable(deps: PlatformDeps, clock: () => Date): Route
   return [...projectRoutes(deps), ...keyRoutes(deps, clock), ...configRoutes(deps), ...agentRoutes(deps, clock)];
 }
 
-export function createPlatformApp(deps: PlatformDeps, mounting: Mounting, config: Config, log: Logger, clock: () => Date): Koa {
+/** `health`: the public /healthz and /readyz routes (see api/http/health.ts). */
+export function createPlatformApp(deps: PlatformDeps, mounting: Mounting, config: Config, log: Logger, clock: () => Date, health: RouteDef[]): Koa {
   return createHttpApp({
     name: 'platform',
     prefix: '/api/v1',
@@ -33,8 +34,6 @@ export function createPlatformApp(deps: PlatformDeps, mounting: Mounting, config
         session: { description: 'Dashboard session JWT (HS256 with AUTH_JWT_SECRET, or verified against AUTH_JWKS_URL)', bearerFormat: 'JWT' },
       },
     },
-    publicRoutes(router) {
-      router.get('/healthz', (ctx) => { ctx.body = { status: 'ok' }; });
-    },
+    publicRoutes: health,
   });
 }

@@ -6,7 +6,7 @@ import { startWorker } from '../threads.js';
 import {
   decodeCursor, encodeCursor,
   type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page,
-  type ProjectionWriter, type ReadStore, type Stored, type Where,
+  type ProjectionFailure, type ProjectionWriter, type ReadStore, type Stored, type Where,
 } from './port.js';
 
 const SCHEMA = `
@@ -16,6 +16,7 @@ CREATE TABLE IF NOT EXISTS rm_checkpoints (
   position   INTEGER NOT NULL,
   generation INTEGER NOT NULL,
   updated_at TEXT,
+  failure    TEXT,
   PRIMARY KEY (projection, slot)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rm_collections (
@@ -31,6 +32,7 @@ const CHECKPOINT_INTERVAL_MS = 250;
 const FIELD = /^[A-Za-z_][A-Za-z0-9_.]{0,127}$/;
 
 interface Row { id: string; position: number; deleted: number; doc: string }
+type CheckpointRow = Omit<CheckpointInfo, 'failure'> & { failure: string | null };
 
 /**
  * Read models in SQLite (a file beside the event log). Writes are not fsynced on every commit
@@ -63,6 +65,12 @@ export class EmbeddedReadStore implements ReadStore {
       this.checkpointer.unref();
     }
     this.db.exec(SCHEMA);
+    // Files made before checkpoints recorded failures: checked again in a write transaction, since another
+    // connection (the projection thread, the operator CLI) may be opening the same file at the same moment.
+    const hasFailure = () => (this.db.prepare('PRAGMA table_info(rm_checkpoints)').all() as Array<{ name: string }>).some((c) => c.name === 'failure');
+    if (!hasFailure()) {
+      this.db.transaction(() => { if (!hasFailure()) this.db.exec('ALTER TABLE rm_checkpoints ADD COLUMN failure TEXT'); }).immediate();
+    }
   }
 
   /** Prepared statements are cached by their text: queries are built from a small set of shapes. */
@@ -127,8 +135,9 @@ export class EmbeddedReadStore implements ReadStore {
   }
 
   private slot(projection: string, slot: 'live' | 'rebuild'): CheckpointInfo | undefined {
-    return this.prepare('SELECT projection, position, generation, updated_at FROM rm_checkpoints WHERE projection = ? AND slot = ?')
-      .get(projection, slot) as CheckpointInfo | undefined;
+    const row = this.prepare('SELECT projection, position, generation, updated_at, failure FROM rm_checkpoints WHERE projection = ? AND slot = ?')
+      .get(projection, slot) as CheckpointRow | undefined;
+    return row && toCheckpoint(row);
   }
 
   async checkpoint(projection: string): Promise<CheckpointInfo> {
@@ -136,8 +145,16 @@ export class EmbeddedReadStore implements ReadStore {
   }
 
   async listCheckpoints(): Promise<CheckpointInfo[]> {
-    return this.prepare(`SELECT projection, position, generation, updated_at FROM rm_checkpoints WHERE slot = 'live' ORDER BY projection`)
-      .all() as CheckpointInfo[];
+    return (this.prepare(`SELECT projection, position, generation, updated_at, failure FROM rm_checkpoints WHERE slot = 'live' ORDER BY projection`)
+      .all() as CheckpointRow[]).map(toCheckpoint);
+  }
+
+  /** Through the batch queue: an UPDATE while another projection's batch is open would join (and share the fate of) its transaction. */
+  recordFailure(projection: string, failure: ProjectionFailure | null): Promise<void> {
+    return this.exclusive(async () => {
+      this.prepare(`UPDATE rm_checkpoints SET failure = ? WHERE projection = ? AND slot = 'live'`)
+        .run(failure && JSON.stringify(failure), projection);
+    });
   }
 
   /** Serialises batches: one SQLite connection can hold one transaction at a time. */
@@ -304,7 +321,7 @@ export class EmbeddedReadStore implements ReadStore {
       // Checked in the swap's own transaction: a live batch commits either before (and is seen here) or
       // after (and is refused by its guarded checkpoint, so its runner re-reads from the rebuilt one).
       if (live.position > rebuilt.position) return { swapped: false, live };
-      this.prepare(`UPDATE rm_checkpoints SET position = ?, generation = ?, updated_at = ? WHERE projection = ? AND slot = 'live'`)
+      this.prepare(`UPDATE rm_checkpoints SET position = ?, generation = ?, updated_at = ?, failure = NULL WHERE projection = ? AND slot = 'live'`)
         .run(rebuilt.position, rebuilt.generation, new Date().toISOString(), projection);
       this.prepare(`DELETE FROM rm_checkpoints WHERE projection = ? AND slot = 'rebuild'`).run(projection);
       this.dropTables(projection, live.generation);
@@ -331,6 +348,10 @@ export class EmbeddedReadStore implements ReadStore {
       await checkpointer.terminate();
     }
   }
+}
+
+function toCheckpoint({ failure, ...checkpoint }: CheckpointRow): CheckpointInfo {
+  return failure === null ? checkpoint : { ...checkpoint, failure: JSON.parse(failure) as ProjectionFailure };
 }
 
 function tableName(collection: string, generation: number): string {

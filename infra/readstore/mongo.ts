@@ -3,7 +3,7 @@ import type { ClientSession, Collection, Db, Document, Filter, Sort } from 'mong
 import {
   decodeCursor, encodeCursor,
   type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page,
-  type ProjectionWriter, type ReadStore, type Stored, type Where,
+  type ProjectionFailure, type ProjectionWriter, type ReadStore, type Stored, type Where,
 } from './port.js';
 
 const NAME = /^[a-z][a-z0-9_]{0,62}$/;
@@ -21,6 +21,8 @@ interface CheckpointDoc {
   generation: number;
   /** ISO string, as the embedded store returns it. */
   updated_at: string | null;
+  /** Live slot only, while its runner reports the projection failing. */
+  failure?: ProjectionFailure;
 }
 
 interface RegistryDoc {
@@ -139,6 +141,10 @@ export class MongoReadStore implements ReadStore {
   async listCheckpoints(): Promise<CheckpointInfo[]> {
     const docs = await this.checkpoints.find({ slot: 'live' }).sort({ projection: 1 }).toArray();
     return docs.map(toCheckpoint);
+  }
+
+  async recordFailure(projection: string, failure: ProjectionFailure | null): Promise<void> {
+    await this.checkpoints.updateOne({ _id: slotId(projection, 'live') }, failure ? { $set: { failure } } : { $unset: { failure: '' } });
   }
 
   async applyBatch(projection: string, expected: { position: number; generation: number }, position: number,
@@ -287,7 +293,7 @@ export class MongoReadStore implements ReadStore {
       // finds it changed. A live checkpoint past the rebuilt one means: catch up first.
       const swapped = await this.checkpoints.updateOne(
         { _id: slotId(projection, 'live'), generation: live.generation, position: { $lte: rebuilt.position } },
-        { $set: { position: rebuilt.position, generation: rebuilt.generation, updated_at: new Date().toISOString() } },
+        { $set: { position: rebuilt.position, generation: rebuilt.generation, updated_at: new Date().toISOString() }, $unset: { failure: '' } },
       );
       if (swapped.matchedCount === 0) {
         const now = await this.slot(projection, 'live');
@@ -322,7 +328,8 @@ function physicalName(collection: string, generation: number): string {
 }
 
 function toCheckpoint(doc: CheckpointDoc): CheckpointInfo {
-  return { projection: doc.projection, position: doc.position, generation: doc.generation, updated_at: doc.updated_at };
+  const checkpoint = { projection: doc.projection, position: doc.position, generation: doc.generation, updated_at: doc.updated_at };
+  return doc.failure ? { ...checkpoint, failure: doc.failure } : checkpoint;
 }
 
 async function ignoreDuplicateKey(write: Promise<unknown>): Promise<void> {

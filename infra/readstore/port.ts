@@ -51,6 +51,20 @@ export interface CheckpointInfo {
   position: number;
   generation: number;
   updated_at: string | null;
+  /** Live checkpoints only, and only while the projection's runner reports it failing. */
+  failure?: ProjectionFailure;
+}
+
+/**
+ * What a projection's runner records while its batches fail (retried from the checkpoint): the last error,
+ * sanitized (one line, no stack, no credentials), when the failures began, how many attempts in a row have
+ * failed, and when the last one did. Kept beside the checkpoint so another process (the operator CLI) sees it.
+ */
+export interface ProjectionFailure {
+  message: string;
+  since: string;
+  count: number;
+  last_at: string;
 }
 
 export interface ReadStore {
@@ -84,6 +98,11 @@ export interface ReadStore {
    */
   abandonRebuild(projection: string, generation: number): Promise<void>;
   listCheckpoints(): Promise<CheckpointInfo[]>;
+  /**
+   * Records (or with null clears) the failure of a projection on its live checkpoint, leaving position,
+   * generation and updated_at as they are. A rebuild swapped in by finishRebuild starts without one.
+   */
+  recordFailure(projection: string, failure: ProjectionFailure | null): Promise<void>;
   close(): Promise<void>;
 }
 

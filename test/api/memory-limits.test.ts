@@ -257,6 +257,7 @@ t.test('owner token, browser and host guard', async (t) => {
     t.equal((await send(guarded, method!, path!, { json: method === 'PUT' || method === 'POST' ? {} : undefined })).status, 401, `${method} ${path} needs the token (before validation)`);
   }
   t.equal((await send(guarded, 'GET', '/healthz')).status, 200, 'healthz is public liveness');
+  t.equal((await send(guarded, 'GET', '/readyz')).status, 200, 'readyz is public readiness');
   t.equal((await send(guarded, 'GET', '/docs/openapi.json')).status, 200, 'the OpenAPI document is public');
 
   // Unknown routes and wrong methods answer 404/405 only to the owner: without the token they are 401 too.
@@ -271,6 +272,7 @@ t.test('owner token, browser and host guard', async (t) => {
   t.equal(wrongMethod.headers.get('allow'), 'DELETE, POST', '405 keeps Allow');
   // The exempt paths stay exempt whatever the method: a wrong method there is a plain 405.
   t.equal((await send(guarded, 'POST', '/healthz')).status, 405, 'POST /healthz without the token');
+  t.equal((await send(guarded, 'POST', '/readyz')).status, 405, 'POST /readyz without the token');
   t.equal((await send(guarded, 'DELETE', '/docs/openapi.json')).status, 405, 'DELETE /docs/openapi.json without the token');
   // The platform (same process, same HTTP layer) keeps answering unknown routes 404 without credentials.
   t.equal((await guarded.platform('/nothing')).status, 404, 'platform: unknown route');

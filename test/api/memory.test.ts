@@ -311,7 +311,8 @@ t.test('OpenAPI lists every memory operation with its schemas', async (t) => {
   const ops = Object.entries(doc.paths as Record<string, Record<string, { operationId: string }>>)
     .flatMap(([path, methods]) => Object.entries(methods).map(([m, op]) => `${m.toUpperCase()} ${path} ${op.operationId}`)).sort();
   t.same(ops, [
-    'DELETE /v1/memories deleteMemory', 'DELETE /v1/scope deleteScope', 'GET /v1/export exportScope',
+    'DELETE /v1/memories deleteMemory', 'DELETE /v1/scope deleteScope',
+    'GET /healthz liveness', 'GET /readyz readiness', 'GET /v1/export exportScope',
     'POST /v1/chat chat', 'POST /v1/context buildContext', 'POST /v1/ingest ingestFacts', 'POST /v1/memories storeMemory',
     'POST /v1/search searchMemories', 'PUT /v1/personality setPersonality',
   ]);

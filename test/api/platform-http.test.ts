@@ -72,13 +72,22 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   t.equal(yaml.status, 200);
   t.match(yaml.headers.get('content-type'), /yaml/);
   t.same(parseYaml(await yaml.text()), doc, 'the YAML is the same document');
+  const statuses = (p: string, m: string) => Object.keys(doc.paths[p][m].responses).sort();
   const operations = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`));
   t.same(operations.sort(), [
     'DELETE /api/v1/projects/{projectId}/config/{key}', 'DELETE /api/v1/projects/{projectId}/keys/{keyId}',
     'GET /api/v1/agents', 'GET /api/v1/agents/{agentId}', 'GET /api/v1/projects', 'GET /api/v1/projects/{projectId}/config',
     'GET /api/v1/projects/{projectId}/config/{key}', 'GET /api/v1/projects/{projectId}/keys',
     'POST /api/v1/agents', 'POST /api/v1/projects', 'POST /api/v1/projects/{projectId}/keys', 'PUT /api/v1/projects/{projectId}/config/{key}',
+    'GET /healthz', 'GET /readyz',
   ].sort());
+  // The probes are public and outside /api/v1; a 503 from /readyz is a problem like every other error.
+  t.same(doc.paths['/healthz'].get.security, []);
+  t.same(doc.paths['/readyz'].get.security, []);
+  t.same(statuses('/readyz', 'get'), ['200', '403', '500', '503']);
+  t.match(doc.paths['/readyz'].get.responses['200'].content['application/json'].schema.properties, { status: { const: 'ready' }, thread: {}, projections: {} });
+  t.match(doc.paths['/readyz'].get.responses['503'].content['application/problem+json'].schema, { $ref: '#/components/schemas/Problem' });
+  t.match(doc.paths['/readyz'].get.description, /not-ready/);
   const create = doc.paths['/api/v1/agents'].post;
   t.match(create.requestBody.content['application/json'].schema, { additionalProperties: false, required: ['name'] });
   t.match(create.requestBody.content['application/json'].schema.properties.big5.properties.openness, { minimum: 0, maximum: 1 });
@@ -96,7 +105,6 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   // Idempotency-Key (422 for a different request); key creation answers repeats with 409, and a 503 only
   // before it creates anything (sessions cannot be verified), never for a slow read model. Every
   // operation can fail with 500; config writes (an API key, no read-model wait) never answer 503.
-  const statuses = (p: string, m: string) => Object.keys(doc.paths[p][m].responses).sort();
   t.same(statuses('/api/v1/agents', 'post'), ['200', '400', '401', '403', '404', '409', '422', '500', '503']);
   t.same(statuses('/api/v1/projects', 'post'), ['200', '400', '401', '403', '409', '422', '500', '503']);
   t.same(statuses('/api/v1/projects/{projectId}/keys/{keyId}', 'delete'), ['200', '400', '401', '403', '404', '500', '503']);

@@ -295,6 +295,34 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.same(await store.listCheckpoints(), [await store.checkpoint('alpha'), await store.checkpoint('beta')]);
     t.match(await store.listCheckpoints(), [{ projection: 'alpha', generation: 4 }, { projection: 'beta', position: 50, generation: 1 }]);
   });
+
+  await t.test('recordFailure: beside the live checkpoint until cleared, and not carried into a rebuilt generation', async (t) => {
+    await store.register('gamma', [{ name: 'gamma_docs' }]);
+    t.equal(await apply('gamma', 5, async (w) => { await w.put('gamma_docs', { id: 'g1' }, 5); }), true);
+    const before = await store.checkpoint('gamma');
+    t.notOk('failure' in before, 'none until one is recorded');
+    const failure = { message: 'ProviderError: embeddings provider answered 503', since: '2026-01-01T00:00:00.000Z', count: 3, last_at: '2026-01-01T00:00:02.000Z' };
+    await store.recordFailure('gamma', failure);
+    t.same(await store.checkpoint('gamma'), { ...before, failure }, 'position, generation and updated_at unchanged');
+    t.same((await store.listCheckpoints()).find((c) => c.projection === 'gamma'), { ...before, failure }, 'listed with it');
+    await store.recordFailure('gamma', { ...failure, count: 4 });
+    t.same((await store.checkpoint('gamma')).failure, { ...failure, count: 4 }, 'replaced by the next one');
+    t.equal(await apply('gamma', 6, async () => {}), true, 'batches commit as before: the guard is position and generation');
+    t.match(await store.checkpoint('gamma'), { position: 6, failure: { count: 4 } }, 'a commit leaves it: the runner clears it');
+    await store.recordFailure('gamma', null);
+    t.notOk('failure' in (await store.checkpoint('gamma')), 'cleared');
+    t.notOk('failure' in (await store.listCheckpoints()).find((c) => c.projection === 'gamma')!, 'and not listed');
+    await store.recordFailure('gamma', null);
+    t.notOk('failure' in (await store.checkpoint('gamma')), 'clearing twice is harmless');
+
+    await store.recordFailure('gamma', failure);
+    const rebuild = await store.startRebuild('gamma');
+    t.notOk('failure' in rebuild, 'a rebuild starts without one');
+    t.equal(await store.applyBatch('gamma', rebuild, 6, async () => {}, { rebuild: true }), true);
+    t.notOk('failure' in (await store.rebuildCheckpoint('gamma'))!, 'the rebuild slot never has one');
+    t.match(await store.finishRebuild('gamma'), { swapped: true, live: { position: 6, generation: 2 } });
+    t.notOk('failure' in (await store.checkpoint('gamma')), 'the swapped-in generation starts without the old one\'s failure');
+  });
 }
 
 /** Ids in the adapters' order: the field (nulls first ascending, last descending), then id, same direction. */
@@ -333,6 +361,22 @@ t.test('embedded', async (t) => {
       }
     },
   }));
+});
+
+t.test('embedded: a file from before failures were recorded gets the column, and keeps its checkpoints', async (t) => {
+  const file = join(tempDir(t), 'readmodels.db');
+  const old = new Database(file);
+  old.exec(`CREATE TABLE rm_checkpoints (projection TEXT NOT NULL, slot TEXT NOT NULL CHECK (slot IN ('live', 'rebuild')),
+    position INTEGER NOT NULL, generation INTEGER NOT NULL, updated_at TEXT, PRIMARY KEY (projection, slot)) WITHOUT ROWID;
+    INSERT INTO rm_checkpoints VALUES ('old', 'live', 7, 1, '2026-01-01T00:00:00.000Z');`);
+  old.close();
+  // Two connections open it (the server's and its projection thread's): the column is added once.
+  const [a, b] = [new EmbeddedReadStore(file, { checkpointer: false }), new EmbeddedReadStore(file, { checkpointer: false })];
+  t.teardown(async () => { await a.close(); await b.close(); });
+  t.same(await b.listCheckpoints(), [{ projection: 'old', position: 7, generation: 1, updated_at: '2026-01-01T00:00:00.000Z' }]);
+  const failure = { message: 'boom', since: '2026-01-01T00:00:01.000Z', count: 1, last_at: '2026-01-01T00:00:01.000Z' };
+  await a.recordFailure('old', failure);
+  t.same((await b.checkpoint('old')).failure, failure, 'seen by the other connection');
 });
 
 const mongodbUrl = process.env.MONGODB_URL;

@@ -10,7 +10,7 @@ export const TEST_JWT_SECRET = 'test-secret-for-hs256-at-least-32-bytes!';
 
 export interface TestCairn extends Cairn {
   dataDir: string;
-  /** fetch against the platform app: path relative to /api/v1 unless it starts with '/docs' or '/healthz'. */
+  /** fetch against the platform app: path relative to /api/v1 unless it starts with '/docs', '/healthz' or '/readyz'. */
   platform(path: string, init?: RequestInit & { json?: unknown }): Promise<Response>;
   memory(path: string, init?: RequestInit & { json?: unknown }): Promise<Response>;
   stop(options?: { keepData?: boolean }): Promise<void>;
@@ -40,7 +40,7 @@ export async function startTestCairn(env: Record<string, string> = {}, options: 
   return {
     ...cairn,
     dataDir,
-    platform: (path, init) => call(cairn.platformUrl)(/^\/(docs|healthz)/.test(path) ? path : `/api/v1${path}`, init),
+    platform: (path, init) => call(cairn.platformUrl)(/^\/(docs|healthz|readyz)/.test(path) ? path : `/api/v1${path}`, init),
     memory: call(cairn.memoryUrl),
     async stop({ keepData = false } = {}) {
       await cairn.close();

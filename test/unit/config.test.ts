@@ -18,6 +18,16 @@ t.test('PROJECTIONS_NICE: an integer from 0 to 19, default 10', async (t) => {
   t.throws(() => loadConfig({ PROJECTIONS_NICE: '1.5' }), /PROJECTIONS_NICE must be a non-negative integer/);
 });
 
+t.test('READY_MAX_LAG: unset (no bound) or an integer from 1 to 100,000', async (t) => {
+  t.equal(loadConfig({}).readyMaxLag, undefined, 'lag alone never makes a node not ready by default');
+  t.equal(loadConfig({ READY_MAX_LAG: '' }).readyMaxLag, undefined, 'empty is unset');
+  t.equal(loadConfig({ READY_MAX_LAG: '1' }).readyMaxLag, 1);
+  t.equal(loadConfig({ READY_MAX_LAG: '100000' }).readyMaxLag, 100_000);
+  t.throws(() => loadConfig({ READY_MAX_LAG: '0' }), /READY_MAX_LAG must be an integer from 1 to 100000, got "0"/);
+  t.throws(() => loadConfig({ READY_MAX_LAG: '100001' }), /READY_MAX_LAG must be an integer from 1 to 100000/);
+  t.throws(() => loadConfig({ READY_MAX_LAG: 'lots' }), /READY_MAX_LAG must be a non-negative integer/);
+});
+
 t.test('AUTH_JWKS_URL needs AUTH_ISSUER and AUTH_AUDIENCE (a provider signs tokens for other applications too)', async (t) => {
   const jwks = { AUTH_JWKS_URL: 'https://idp.example/.well-known/jwks.json' };
   t.throws(() => loadConfig(jwks), /AUTH_JWKS_URL needs AUTH_ISSUER and AUTH_AUDIENCE/);

@@ -1,0 +1,78 @@
+import Type from 'typebox';
+import type { Readiness } from '../../projections/health.js';
+import { DateTime } from '../shared/schemas.js';
+import { ProblemError } from './problem.js';
+import { route, type RouteDef } from './routes.js';
+
+/** Probes may add query parameters of their own (cache busters): health routes ignore them rather than refuse. */
+const AnyQuery = Type.Object({}, { additionalProperties: true });
+
+export const Liveness = Type.Object({ status: Type.Literal('ok') });
+
+const Failure = Type.Object({
+  message: Type.String({ description: 'the last error: its class and the first line of its message, credentials redacted, at most 300 characters' }),
+  since: DateTime,
+  count: Type.Integer({ minimum: 1, description: 'attempts in a row that failed' }),
+  last_at: DateTime,
+}, { description: 'set while the projection retries from its checkpoint after an error (every second)' });
+
+const ThreadState = Type.Object({
+  mode: Type.Union([Type.Literal('thread'), Type.Literal('inline')], { description: 'PROJECTIONS_THREAD' }),
+  state: Type.Union([Type.Literal('running'), Type.Literal('restarting'), Type.Literal('unresponsive')], {
+    description: '`restarting`: the thread exited and a new one is being started; `unresponsive`: not heard from for 10 s (its event loop is blocked)',
+  }),
+  heartbeat_at: Type.Union([DateTime, Type.Null()], { description: 'when the thread was last heard from (it reports every second); null inline' }),
+  restarts: Type.Integer({ minimum: 0, description: 'threads started to replace one that exited' }),
+});
+
+const ProjectionState = Type.Object({
+  projection: Type.String(),
+  position: Type.Integer({ minimum: 0, description: 'log position applied' }),
+  lag: Type.Integer({ minimum: 0, description: 'events in the log after `position`, counted up to 1,000 (or READY_MAX_LAG + 1)' }),
+  lag_at_least: Type.Optional(Type.Literal(true, { description: 'counting stopped: the lag is at least `lag`' })),
+  progress_at: Type.Union([DateTime, Type.Null()], { description: 'when `position` last moved forward in this process; null: not since it started' }),
+  failing: Type.Union([Failure, Type.Null()]),
+  ready: Type.Boolean({ description: 'not failing and, with READY_MAX_LAG, not further behind than that' }),
+});
+
+export const ReadinessBody = Type.Object({
+  status: Type.Literal('ready'),
+  head: Type.Integer({ minimum: 0, description: 'the log\'s last position' }),
+  max_lag: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: 'READY_MAX_LAG; null: lag alone never makes the node not ready' }),
+  thread: ThreadState,
+  projections: Type.Array(ProjectionState),
+});
+
+/**
+ * `/healthz` (liveness) and `/readyz` (readiness of the read models this process serves), public and
+ * outside the API's prefix on both services. Without `readiness` (an app without projections), only `/healthz`.
+ */
+export function healthRoutes(readiness?: () => Promise<Readiness>): RouteDef[] {
+  const liveness = route({
+    method: 'GET', path: '/healthz', operationId: 'liveness', tag: 'Health', auth: [],
+    summary: 'Liveness: the process answers',
+    description: 'Process liveness only; not a provider connectivity test, and not whether the read models are current (see /readyz). No credentials needed.',
+    query: AnyQuery,
+    responses: { 200: { description: 'the process is alive', schema: Liveness } },
+    errors: [403],
+    async handler() { return { body: { status: 'ok' } }; },
+  });
+  if (!readiness) return [liveness];
+  return [liveness, route({
+    method: 'GET', path: '/readyz', operationId: 'readiness', tag: 'Health', auth: [],
+    summary: 'Readiness: the read models this process serves are being kept current',
+    description: 'For load balancers and operators, no credentials needed. Not ready (503) while a projection is failing '
+      + '(an error, retried from its checkpoint every second, until the batch that failed is applied), while the projection thread '
+      + 'is restarting or has not been heard from for 10 s, and, only when READY_MAX_LAG is set, while a projection is more events '
+      + 'behind the log than that. The 503 is `application/problem+json` (type `…/not-ready`), its `detail` naming every reason, '
+      + 'with the same `head`, `max_lag`, `thread` and `projections` members as the 200 body.',
+    query: AnyQuery,
+    responses: { 200: { description: 'every projection is ready', schema: ReadinessBody } },
+    errors: [403, 503],
+    async handler() {
+      const { ready, reasons, ...state } = await readiness();
+      if (ready) return { body: { status: 'ready', ...state } };
+      throw new ProblemError(503, 'not-ready', `not ready: ${reasons.join('; ')}`, state);
+    },
+  })];
+}

@@ -1,0 +1,147 @@
+import type { EventStore } from '../infra/eventstore/port.js';
+import type { ProjectionFailure } from '../infra/readstore/port.js';
+
+/** How often the projection thread tells the HTTP thread it is alive (any report counts). */
+export const HEARTBEAT_INTERVAL_MS = 1000;
+/** A projection thread silent for this long is reported unresponsive (its event loop is blocked). */
+export const HEARTBEAT_TIMEOUT_MS = 10_000;
+/** Where `/readyz` stops counting a projection's lag (unless READY_MAX_LAG needs more): a probe must stay cheap. */
+export const READY_LAG_COUNT_LIMIT = 1000;
+
+/** The projection thread, as the HTTP thread sees it. */
+export interface ThreadHealth {
+  mode: 'inline' | 'thread';
+  /** `restarting`: it exited and a new one is being started; `unresponsive`: no heartbeat for HEARTBEAT_TIMEOUT_MS. */
+  state: 'running' | 'restarting' | 'unresponsive';
+  /** When the thread was last heard from (null inline: the runners share the HTTP thread's event loop). */
+  heartbeat_at: string | null;
+  /** Threads started to replace one that exited. */
+  restarts: number;
+}
+
+/** One projection as this process knows it. */
+export interface RunnerHealth {
+  projection: string;
+  /** Applied position. */
+  position: number;
+  /** When the position last moved forward in this process (null: not since it started). */
+  progress_at: string | null;
+  /** Set while the runner retries after an error. */
+  failing: ProjectionFailure | null;
+}
+
+export interface HostHealth {
+  thread: ThreadHealth;
+  projections: RunnerHealth[];
+}
+
+export interface ProjectionReadiness extends RunnerHealth {
+  /** Events after `position`, counted up to the probe's limit (`lag_at_least` past it). */
+  lag: number;
+  lag_at_least?: true;
+  /** Not failing, and (with READY_MAX_LAG) not further behind than that. */
+  ready: boolean;
+}
+
+export interface Readiness {
+  ready: boolean;
+  /** Why not, one reason per thread or projection; empty when ready. */
+  reasons: string[];
+  head: number;
+  max_lag: number | null;
+  thread: ThreadHealth;
+  projections: ProjectionReadiness[];
+}
+
+/** `restarting` while no thread runs; `unresponsive` once the running one has been silent for more than HEARTBEAT_TIMEOUT_MS. */
+export function threadState(running: boolean, heardAt: number, now: number): ThreadHealth['state'] {
+  if (!running) return 'restarting';
+  return now - heardAt > HEARTBEAT_TIMEOUT_MS ? 'unresponsive' : 'running';
+}
+
+/** The lag of a projection at `position`, counted up to `limit` events. */
+export async function lagOf(events: Pick<EventStore, 'countAfter'>, position: number, head: number, limit: number): Promise<{ lag: number; lag_at_least?: true }> {
+  const lag = position >= head ? 0 : await events.countAfter(position, limit);
+  return lag >= limit ? { lag, lag_at_least: true } : { lag };
+}
+
+/**
+ * Whether the projections of this process serve current read models: none failing, the thread running
+ * and heard from, and, only when `maxLag` is set, none more than `maxLag` events behind the log's head.
+ * Ordinary lag under load is not a reason by default: every node behind the same log lags alike, and
+ * taking them all out of a load balancer at once would only turn a slow read model into an outage.
+ */
+export async function readiness(host: { health(): HostHealth }, events: Pick<EventStore, 'headPosition' | 'countAfter'>, maxLag?: number): Promise<Readiness> {
+  const { thread, projections } = host.health();
+  const head = await events.headPosition();
+  const limit = Math.max(READY_LAG_COUNT_LIMIT, (maxLag ?? 0) + 1);
+  const rows = await Promise.all(projections.map(async (p) => {
+    const lag = await lagOf(events, p.position, head, limit);
+    return { ...p, ...lag, ready: !p.failing && (maxLag === undefined || lag.lag <= maxLag) };
+  }));
+  const reasons = [
+    ...(thread.state === 'running' ? [] : [`the projection thread is ${thread.state}`]),
+    ...rows.filter((r) => !r.ready).map((r) => (r.failing
+      ? `${r.projection} is failing (${r.failing.count} failed attempt${r.failing.count === 1 ? '' : 's'} since ${r.failing.since}): ${r.failing.message}`
+      : `${r.projection} is ${r.lag}${r.lag_at_least ? '+' : ''} events behind the log (READY_MAX_LAG ${maxLag})`)),
+  ];
+  return { ready: reasons.length === 0, reasons, head, max_lag: maxLag ?? null, thread, projections: rows };
+}
+
+/** Positions, progress times and failures of a host's projections, as its runners report them. */
+export class HealthBoard {
+  /** `progressed`: epoch ms (formatted only when asked for: positions are reported with every batch). */
+  private readonly rows = new Map<string, { position: number; progressed: number | null; failing: ProjectionFailure | null; reported: boolean }>();
+
+  constructor(names: readonly string[], private readonly now: () => number = Date.now) {
+    for (const projection of names) this.rows.set(projection, { position: 0, progressed: null, failing: null, reported: false });
+  }
+
+  /** A reported position; moving forward after the first report is progress (the first is where it started). */
+  moved(name: string, position: number): void {
+    const row = this.rows.get(name);
+    if (!row) return;
+    if (row.reported && position > row.position) row.progressed = this.now();
+    row.position = position;
+    row.reported = true;
+  }
+
+  failed(name: string, failure: ProjectionFailure | null): void {
+    const row = this.rows.get(name);
+    if (row) row.failing = failure;
+  }
+
+  /** The last reported position (0 before any). */
+  positionOf(name: string): number {
+    return this.rows.get(name)?.position ?? 0;
+  }
+
+  list(): RunnerHealth[] {
+    return [...this.rows].map(([projection, row]) => ({
+      projection, position: row.position, progress_at: row.progressed === null ? null : new Date(row.progressed).toISOString(), failing: row.failing,
+    }));
+  }
+}
+
+const MESSAGE_LIMIT = 300;
+
+/**
+ * An error as operators may see it outside the server log (`/readyz`, `ops projections status`): its
+ * class name and the first line of its message (no stack, no multi-line upstream bodies), with
+ * credentials in URLs, query strings, bearer tokens, API keys and `password=`-style pairs redacted, at
+ * most 300 characters.
+ */
+export function describeError(error: unknown): string {
+  const name = error instanceof Error && error.name && error.name !== 'Error' ? error.name : '';
+  const raw = error instanceof Error ? error.message : typeof error === 'string' ? error : 'a value that is not an Error was thrown';
+  let text = (raw.split(/\r?\n/, 1)[0] ?? '')
+    .replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^\s/?#@]*@/gi, '$1[redacted]@')
+    .replace(/\b([a-z][a-z0-9+.-]*:\/\/[^\s?#]*)\?[^\s#)]*/gi, '$1?[redacted]')
+    .replace(/\b(bearer|basic)\s+[^\s,;)]+/gi, '$1 [redacted]')
+    .replace(/\bsk[-_][A-Za-z0-9_-]{6,}/g, '[redacted]')
+    .replace(/\b(api[-_]?key|access[-_]?token|token|secret|password|passwd|pwd)(\s*[=:]\s*)[^\s&,;)]+/gi, '$1$2[redacted]')
+    .replace(/[\u0000-\u001f\u007f]/g, ' ')
+    .trim();
+  if (text.length > MESSAGE_LIMIT) text = `${text.slice(0, MESSAGE_LIMIT - 1)}…`;
+  return name && text ? `${name}: ${text}` : name || text || 'unknown error';
+}

@@ -1,0 +1,177 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+import { startTestCairn, type TestCairn } from '../support/cairn.js';
+import { startOpenAiServer, type OpenAiServer } from '../support/openai-server.js';
+
+/** GET /readyz (both services) and `ops projections status` while a projection really fails, and after it recovers. */
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+
+interface Probe { status: number; type: string | null; body: any; text: string }
+
+async function probe(app: TestCairn, service: 'platform' | 'memory' = 'platform', path = '/readyz'): Promise<Probe> {
+  const res = await app[service](path);
+  const text = await res.text();
+  return { status: res.status, type: res.headers.get('content-type'), body: JSON.parse(text), text };
+}
+
+/** Probes until `status` (a load balancer polls the same way), at most ~10 s. */
+async function probeUntil(app: TestCairn, status: number): Promise<Probe> {
+  let last = await probe(app);
+  for (let i = 0; i < 100 && last.status !== status; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    last = await probe(app);
+  }
+  return last;
+}
+
+const row = (body: any, projection: string) => (body.projections as Array<{ projection: string }>).find((p) => p.projection === projection) as any;
+
+/** Runs the operator CLI as operators do, against the server's DATA_DIR (the server keeps running). */
+async function opsStatus(dataDir: string, env: Record<string, string>, json: boolean): Promise<string> {
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, ...env, DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
+  delete childEnv.EVENTSTORE_URL;
+  delete childEnv.MONGODB_URL;
+  const child = spawn(process.execPath, ['--import', 'tsx', 'ops/cli.ts', 'projections', 'status', ...(json ? ['--json'] : [])],
+    { cwd: root, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+  const [code] = await once(child, 'close');
+  if (code !== 0) throw new Error(`ops projections status exited ${code}: ${stderr}`);
+  return stdout;
+}
+
+const embeddingsEnv = (server: OpenAiServer, extra: Record<string, string> = {}) => ({
+  EMBEDDINGS_PROVIDER: 'openai', EMBEDDINGS_BASE_URL: server.url, LLM_EMBEDDING_MODEL: 'test-embed-16', LLM_TIMEOUT_MS: '1000', LLM_MAX_RETRIES: '0', ...extra,
+});
+
+for (const thread of ['true', 'false']) {
+  t.test(`an embeddings provider that is down: /readyz 503 naming memory-vectors and its error, 200 again once it is back (PROJECTIONS_THREAD=${thread})`, async (t) => {
+    const embedServer = await startOpenAiServer();
+    t.teardown(() => embedServer.close());
+    const env = embeddingsEnv(embedServer, { PROJECTIONS_THREAD: thread });
+    const app = await startTestCairn(env);
+    t.teardown(() => app.stop());
+
+    const ready = await probe(app);
+    t.equal(ready.status, 200, ready.text);
+    t.match(ready.type, /^application\/json/);
+    t.match(ready.body, { status: 'ready', max_lag: null, thread: { mode: thread === 'true' ? 'thread' : 'inline', state: 'running', restarts: 0 } });
+    t.ok(ready.body.projections.length >= 7 && ready.body.projections.every((p: any) => p.ready && p.failing === null), 'every projection ready');
+    t.ok(row(ready.body, 'memory-vectors'), 'memory-vectors is among them');
+
+    for (let i = 0; i < 200; i++) embedServer.embeddings.push({ status: 503, json: { error: 'UPSTREAM-BODY-SECRET' } });
+    const stored = await app.memory('/v1/memories', { method: 'POST', json: { scope: { agent: 'a', user: 'u' }, text: 'stored while embeddings are down' } });
+    t.equal(stored.status, 200, 'writes do not depend on the provider');
+
+    const failing = await probeUntil(app, 503);
+    t.equal(failing.status, 503, failing.text);
+    t.equal(failing.type, 'application/problem+json', 'a problem, like every error of the API');
+    t.match(failing.body, {
+      type: 'https://cairn.dev/problems/not-ready', title: 'Service Unavailable', status: 503,
+      detail: /^not ready: memory-vectors is failing \(\d+ failed attempts? since .+\): ProviderError: embeddings provider answered 503$/,
+    });
+    const vectors = row(failing.body, 'memory-vectors');
+    t.match(vectors, { ready: false, failing: { message: 'ProviderError: embeddings provider answered 503', since: String, last_at: String } });
+    t.ok(vectors.failing.count >= 1, 'consecutive failures counted');
+    t.ok(vectors.lag >= 1, 'and behind the log');
+    t.ok(failing.body.projections.filter((p: any) => p.projection !== 'memory-vectors').every((p: any) => p.ready), 'only the failing one is not ready');
+    t.match(failing.body.thread, { state: 'running' });
+    t.notMatch(failing.text, /UPSTREAM-BODY-SECRET|\n\s+at /, 'no upstream body, no stack');
+    const memorySide = await probe(app, 'memory');
+    t.equal(memorySide.status, 503, 'the memory service answers the same');
+    t.equal(row(memorySide.body, 'memory-vectors').failing.message, 'ProviderError: embeddings provider answered 503');
+    t.same((await probe(app, 'platform', '/healthz')).body, { status: 'ok' }, '/healthz stays liveness only');
+
+    if (thread === 'true') {
+      const status = JSON.parse(await opsStatus(app.dataDir, env, true)) as any[];
+      t.match(row({ projections: status }, 'memory-vectors'), { failing: { message: 'ProviderError: embeddings provider answered 503', since: String, count: Number } },
+        'ops projections status (another process) sees the failure');
+      t.ok(status.filter((s) => s.projection !== 'memory-vectors').every((s) => s.failing === null));
+      const table = await opsStatus(app.dataDir, env, false);
+      t.match(table.split('\n')[0], /FAILING$/);
+      t.match(table.split('\n').find((l) => l.startsWith('memory-vectors')), /\dx since \S+ \(last \S+\): ProviderError: embeddings provider answered 503$/);
+    }
+
+    embedServer.embeddings.length = 0; // the provider is back
+    const recovered = await probeUntil(app, 200);
+    t.equal(recovered.status, 200, recovered.text);
+    t.match(row(recovered.body, 'memory-vectors'), { ready: true, failing: null, lag: 0, progress_at: String });
+    t.equal((await probe(app, 'memory')).status, 200);
+    if (thread === 'true') {
+      const status = JSON.parse(await opsStatus(app.dataDir, env, true)) as any[];
+      t.equal(row({ projections: status }, 'memory-vectors').failing, null, 'and ops no longer shows it');
+    }
+  });
+}
+
+t.test('credentials in a failure never leave the server', async (t) => {
+  const app = await startTestCairn({
+    EMBEDDINGS_PROVIDER: 'openai', EMBEDDINGS_BASE_URL: 'http://cairn:hunter2@127.0.0.1:9/v1', EMBEDDINGS_API_KEY: 'sk-live-abcdefghijklmnop', CONSISTENCY_TIMEOUT_MS: '500',
+    LLM_EMBEDDING_MODEL: 'test-embed-16', LLM_TIMEOUT_MS: '1000', LLM_MAX_RETRIES: '0',
+  });
+  t.teardown(() => app.stop());
+  await app.memory('/v1/memories', { method: 'POST', json: { scope: { agent: 'a', user: 'u' }, text: 'never embedded' } });
+  const failing = await probeUntil(app, 503);
+  t.equal(failing.status, 503);
+  t.match(row(failing.body, 'memory-vectors').failing.message, /^ProviderError: embeddings provider unreachable \(http:\/\/\[redacted\]@127\.0\.0\.1:9\/v1\/embeddings\)/);
+  t.notMatch(failing.text, /hunter2|sk-live|cairn:/, 'no password, no API key');
+  const stored = (await app.reads.listCheckpoints()).find((c) => c.projection === 'memory-vectors');
+  t.notMatch(JSON.stringify(stored), /hunter2/, 'nor beside the checkpoint');
+});
+
+t.test('a projection thread that dies: 503 while it is replaced, 200 once the new one runs', async (t) => {
+  const app = await startTestCairn();
+  t.teardown(() => app.stop());
+  t.equal((await probe(app)).status, 200);
+  const first = app.projections.thread!;
+  await first.terminate();
+  const down = await probe(app);
+  t.equal(down.status, 503, down.text);
+  t.match(down.body, { detail: 'not ready: the projection thread is restarting', thread: { mode: 'thread', state: 'restarting', restarts: 0 } });
+  t.ok(down.body.projections.every((p: any) => p.ready), 'the projections themselves are not failing');
+  const up = await probeUntil(app, 200);
+  t.equal(up.status, 200, up.text);
+  t.match(up.body.thread, { state: 'running', restarts: 1, heartbeat_at: String });
+  t.not(app.projections.thread, first);
+});
+
+t.test('READY_MAX_LAG: a projection exactly that many events behind is ready, one more is not', async (t) => {
+  const embedServer = await startOpenAiServer();
+  t.teardown(() => embedServer.close());
+  // The provider holds the first embeddings request: memory-vectors stays before the first memory.
+  let arrived!: () => void;
+  let release!: () => void;
+  const arrival = new Promise<void>((resolve) => { arrived = resolve; });
+  const released = new Promise<void>((resolve) => { release = resolve; });
+  embedServer.beforeEmbeddings = async () => { arrived(); await released; };
+  const app = await startTestCairn(embeddingsEnv(embedServer, { READY_MAX_LAG: '2', LLM_TIMEOUT_MS: '30000' }));
+  t.teardown(() => app.stop());
+  t.teardown(() => release());
+  const store = async (text: string) => {
+    const res = await app.memory('/v1/memories', { method: 'POST', json: { scope: { agent: 'a', user: 'u' }, text } });
+    const position = Number(res.headers.get('x-event-position'));
+    await app.waitFor(app.projections.names.filter((n) => n !== 'memory-vectors'), position);
+  };
+  await store('first');
+  await arrival;
+  await store('second');
+  const atLimit = await probe(app);
+  t.equal(atLimit.status, 200, atLimit.text);
+  t.match(atLimit.body, { max_lag: 2 });
+  t.match(row(atLimit.body, 'memory-vectors'), { lag: 2, ready: true, failing: null });
+  await store('third');
+  const past = await probe(app);
+  t.equal(past.status, 503, past.text);
+  t.equal(past.body.detail, 'not ready: memory-vectors is 3 events behind the log (READY_MAX_LAG 2)');
+  t.match(row(past.body, 'memory-vectors'), { lag: 3, ready: false, failing: null });
+  release();
+  await app.waitFor(['memory-vectors'], await app.events.headPosition());
+  const caughtUp = await probe(app);
+  t.equal(caughtUp.status, 200, caughtUp.text);
+  t.match(row(caughtUp.body, 'memory-vectors'), { lag: 0, ready: true });
+});

@@ -1,0 +1,142 @@
+import t, { type Test } from 'tap';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
+import type { EventStore } from '../../infra/eventstore/port.js';
+import { ProviderError } from '../../infra/providers/http.js';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
+import type { ProjectionFailure } from '../../infra/readstore/port.js';
+import type { Projection } from '../../projections/projection.js';
+import { ProjectionRunner } from '../../projections/runner.js';
+
+/** How a runner reports its failures: in memory (what /readyz shows) and beside its checkpoint (what `ops projections status` shows). */
+
+const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: '2026-01-01T00:00:00.000Z' };
+const event = (type: string) => ({ id: randomUUID(), type, data: {}, metadata });
+
+function stores(t: Test) {
+  const dir = mkdtempSync(join(tmpdir(), 'cairn-runner-failure-'));
+  const events = new EmbeddedEventStore(join(dir, 'events.db'));
+  const reads = new EmbeddedReadStore(join(dir, 'readmodels.db'));
+  t.teardown(async () => { await reads.close(); await events.close(); rmSync(dir, { recursive: true, force: true }); });
+  return { events, reads };
+}
+
+/** The failures a runner reports, in order (null: over), and a way to wait for one. */
+function watch(runner: ProjectionRunner) {
+  const seen: Array<ProjectionFailure | null> = [];
+  const waiting = new Set<() => void>();
+  runner.onFailure((failure) => {
+    seen.push(failure);
+    for (const check of waiting) check();
+  });
+  const until = (test: (f: ProjectionFailure | null) => boolean, timeoutMs = 10_000) => new Promise<void>((resolve, reject) => {
+    const check = () => {
+      if (!seen.some(test)) return;
+      clearTimeout(timer);
+      waiting.delete(check);
+      resolve();
+    };
+    const timer = setTimeout(() => { waiting.delete(check); reject(new Error(`not reported within ${timeoutMs} ms: ${JSON.stringify(seen)}`)); }, timeoutMs);
+    waiting.add(check);
+    check();
+  });
+  return { seen, until };
+}
+
+const flaky = (name: string, fail: () => boolean, error: () => Error): Projection => ({
+  name, collections: [{ name: `${name}_docs` }], canHandle: ['Wanted'],
+  async prepare() { if (fail()) throw error(); },
+  async apply(e, w) { await w.put(`${name}_docs`, { id: e.id }, e.position); },
+});
+
+t.test('a failing batch is counted, sanitized, recorded beside the checkpoint, and over once that batch is applied', async (t) => {
+  const { events, reads } = stores(t);
+  let failures = 3;
+  const projection = flaky('flaky', () => failures-- > 0, () => new ProviderError('embeddings',
+    'embeddings provider unreachable (https://user:hunter2@embed.example/v1/embeddings?api-key=sk-abcdefgh1234): connect ECONNREFUSED\n    at TCPConnectWrap.afterConnect'));
+  // A short quiet period: it must not end a failure inside a batch (only applying the batch does).
+  const runner = new ProjectionRunner(projection, events, reads, undefined, { recoveredAfterMs: 50 });
+  const reported = watch(runner);
+  await runner.start();
+  t.equal(runner.failure, undefined, 'not failing at start');
+  const wanted = await events.append('a', [event('Wanted')], 'no_stream');
+
+  await reported.until((f) => f?.count === 2);
+  const failing = runner.failure!;
+  t.match(failing, { count: 2, since: reported.seen[0]!.since, last_at: String });
+  t.equal(failing.message, 'ProviderError: embeddings provider unreachable (https://[redacted]@embed.example/v1/embeddings?[redacted]): connect ECONNREFUSED',
+    'class and first line only, the URL\'s credentials and query redacted');
+  let stored = (await reads.checkpoint('flaky')).failure;
+  for (let i = 0; i < 100 && stored?.count !== 2; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    stored = (await reads.checkpoint('flaky')).failure;
+  }
+  t.same(stored, failing, 'recorded beside the checkpoint, for the operator CLI');
+
+  await runner.waitFor(wanted.position, 10_000);
+  t.equal(runner.failure, undefined, 'over: the batch that failed is applied');
+  t.same(reported.seen.map((f) => f?.count ?? null), [1, 2, 3, null], 'counted in a row, then over; never over in between');
+  t.ok(reported.seen.slice(0, 3).every((f) => f!.since === failing.since), 'since the first failure');
+  await runner.stop(); // drains the store writes
+  t.notOk('failure' in (await reads.checkpoint('flaky')), 'cleared beside the checkpoint too');
+});
+
+t.test('a failure outside a batch (reading the log) is over once the retried subscription runs quietly', async (t) => {
+  const { events, reads } = stores(t);
+  let broken = 1;
+  const unreachable = new Proxy(events, {
+    get(target, prop) {
+      if (prop === 'subscribeToAll') {
+        return (...args: Parameters<EventStore['subscribeToAll']>) => {
+          if (broken-- > 0) return (async function* () { throw new Error('event store unreachable'); })();
+          return target.subscribeToAll(...args);
+        };
+      }
+      const value = Reflect.get(target, prop, target) as unknown;
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  const runner = new ProjectionRunner(flaky('idle', () => false, () => new Error('unused')), unreachable, reads, undefined, { recoveredAfterMs: 200 });
+  const reported = watch(runner);
+  await runner.start();
+  await reported.until((f) => f === null);
+  t.same(reported.seen.map((f) => f && { message: f.message, count: f.count }), [{ message: 'event store unreachable', count: 1 }, null],
+    'reported, then over without any event to apply');
+  const wanted = await events.append('a', [event('Wanted')], 'no_stream');
+  await runner.waitFor(wanted.position, 5000);
+  await runner.stop();
+  t.notOk('failure' in (await reads.checkpoint('idle')));
+});
+
+t.test('a failure recorded before the runner started goes on: same since, counted on; over as any other', async (t) => {
+  const { events, reads } = stores(t);
+  const before = { message: 'ProviderError: embeddings provider answered 503', since: '2026-01-01T00:00:00.000Z', count: 5, last_at: '2026-01-01T00:01:00.000Z' };
+  await reads.register('carried', [{ name: 'carried_docs' }]);
+  await reads.recordFailure('carried', before);
+  let failures = 1;
+  const runner = new ProjectionRunner(flaky('carried', () => failures-- > 0, () => new Error('still down')), events, reads);
+  const reported = watch(runner);
+  await runner.start();
+  t.same(runner.failure, before, 'failing from the start (a restarted thread, a restarted server)');
+  const wanted = await events.append('a', [event('Wanted')], 'no_stream');
+  await reported.until((f) => f?.count === 6);
+  t.match(runner.failure, { message: 'still down', since: before.since, count: 6 });
+  await runner.waitFor(wanted.position, 10_000);
+  t.equal(runner.failure, undefined);
+  await runner.stop();
+  t.notOk('failure' in (await reads.checkpoint('carried')));
+
+  // Nothing to apply: the stale record is over once the subscription has run quietly.
+  await reads.register('stale', [{ name: 'stale_docs' }]);
+  await reads.recordFailure('stale', before);
+  const idle = new ProjectionRunner(flaky('stale', () => false, () => new Error('unused')), events, reads, undefined, { recoveredAfterMs: 100 });
+  const idleReported = watch(idle);
+  await idle.start();
+  await idleReported.until((f) => f === null);
+  t.same(idleReported.seen, [before, null]);
+  await idle.stop();
+  t.notOk('failure' in (await reads.checkpoint('stale')));
+});
