@@ -56,7 +56,7 @@ const ERROR_TEXT: Record<number, string> = {
   403: 'Browser or foreign-host request rejected',
   404: 'Not found (also objects of another project)',
   405: 'Method not allowed on this path (see Allow)',
-  409: 'Conflict with the current state (e.g. concurrent write, duplicate name)',
+  409: 'Conflict: with the current state (`conflict`, e.g. a duplicate name), a resource that kept being changed concurrently while the command was retried (`concurrency-conflict`: send it again), or a repeat whose events are in the log elsewhere (`duplicate-request`)',
   422: 'Idempotency-Key already used for a different request',
   500: 'Internal failure: a store failed or something unexpected happened (`internal`), or a model provider failed where one is called (`provider-failure`); the body is generic, the server log has the details',
   501: 'Not implemented',
@@ -64,13 +64,21 @@ const ERROR_TEXT: Record<number, string> = {
 };
 const SESSION_UNAVAILABLE = ', or the identity provider\'s keys could not be fetched to verify the session (`identity-provider-unavailable`, see Retry-After)';
 
+/** Commands change state; queries (GET, and POSTs that read: search, context, chat) declare their read models. */
+const isCommand = (r: RouteDef) => r.method !== 'GET' && !r.readModels;
+
 /**
  * Problem statuses an operation can answer whatever its handler does, added to those its route lists:
- * 500 on every one (the stores can fail), 503 where it waits for a read model (X-Min-Position) or
- * accepts dashboard sessions (not configured, or the identity provider's keys out of reach).
+ * 500 on every one (the stores can fail), 409 on every command (the bus retries a concurrent change a few
+ * times, then gives up; an Idempotency-Key repeat can collide), 503 where it waits for a read model
+ * (X-Min-Position) or accepts dashboard sessions (not configured, or the identity provider's keys out of reach).
  */
 function impliedErrors(r: RouteDef): number[] {
-  return (r.readModels?.length ?? 0) > 0 || r.auth.includes('session') ? [500, 503] : [500];
+  return [
+    ...(isCommand(r) ? [409] : []),
+    500,
+    ...((r.readModels?.length ?? 0) > 0 || r.auth.includes('session') ? [503] : []),
+  ];
 }
 
 function errorText(r: RouteDef, status: number): string {
@@ -104,8 +112,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
       );
     }
     params.push({ name: 'X-Request-Id', in: 'header' as never, required: false, description: 'Correlation id; echoed back and recorded on every event the request appends (a value not matching the pattern is replaced by a generated id)', schema: { type: 'string', pattern: REQUEST_ID_PATTERN } as never });
-    // Commands change state; queries (GET, and POSTs that read: search, context, chat) declare their read models.
-    const command = r.method !== 'GET' && !r.readModels;
+    const command = isCommand(r);
     if (command) {
       params.push({ name: 'Idempotency-Key', in: 'header' as never, required: false, description: 'Repeating a request with the same key never acts twice: a create returns the first result; on other commands the repeat writes nothing (see each operation for what it answers)', schema: { type: 'string', pattern: IDEMPOTENCY_KEY_PATTERN, description: '1-255 visible ASCII characters' } as never });
     }
@@ -120,7 +127,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
         ...(doc.schema ? { content: { 'application/json': { schema: doc.schema } } } : {}),
       };
     }
-    for (const status of new Set([...r.errors, ...impliedErrors(r)])) {
+    for (const status of [...new Set([...r.errors, ...impliedErrors(r)])].sort((a, b) => a - b)) {
       responses[String(status)] = {
         description: errorText(r, status),
         content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },

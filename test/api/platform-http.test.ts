@@ -104,13 +104,14 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   // Statuses the handlers can answer: creates that wait for their read model (503) and take an
   // Idempotency-Key (422 for a different request); key creation answers repeats with 409, and a 503 only
   // before it creates anything (sessions cannot be verified), never for a slow read model. Every
-  // operation can fail with 500; config writes (an API key, no read-model wait) never answer 503.
+  // operation can fail with 500; config writes (an API key, no read-model wait) never answer 503. Every
+  // command can answer 409 (a concurrent change outlasting the bus's retries, or a colliding repeat).
   t.same(statuses('/api/v1/agents', 'post'), ['200', '400', '401', '403', '404', '409', '422', '500', '503']);
   t.same(statuses('/api/v1/projects', 'post'), ['200', '400', '401', '403', '409', '422', '500', '503']);
-  t.same(statuses('/api/v1/projects/{projectId}/keys/{keyId}', 'delete'), ['200', '400', '401', '403', '404', '500', '503']);
+  t.same(statuses('/api/v1/projects/{projectId}/keys/{keyId}', 'delete'), ['200', '400', '401', '403', '404', '409', '500', '503']);
   t.same(statuses('/api/v1/projects/{projectId}/keys', 'post'), ['200', '400', '401', '403', '404', '409', '500', '503']);
-  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'put'), ['200', '400', '401', '403', '404', '500']);
-  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'delete'), ['204', '400', '401', '403', '404', '500']);
+  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'put'), ['200', '400', '401', '403', '404', '409', '500']);
+  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'delete'), ['204', '400', '401', '403', '404', '409', '500']);
   t.match(doc.paths['/api/v1/projects/{projectId}/keys'].post.responses['503'].description, /identity provider/);
   t.notMatch(doc.paths['/api/v1/agents'].get.responses['503'].description, /identity provider/, 'a key-only operation\'s 503 names no session cause');
   t.ok(statuses('/api/v1/projects/{projectId}/keys', 'post').includes('409'));
@@ -121,7 +122,7 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   t.equal(((await memory.json()) as any).openapi, '3.1.0');
 });
 
-t.test('both OpenAPI documents: 500 on every operation, 503 where it waits for a read model or verifies sessions, problem types published', async (t) => {
+t.test('both OpenAPI documents: 500 on every operation, 409 on every command, 503 where it waits for a read model or verifies sessions, problem types published', async (t) => {
   for (const [name, res] of [['platform', await app.platform('/docs/openapi.json')], ['memory', await app.memory('/docs/openapi.json')]] as const) {
     const doc = (await res.json()) as any;
     for (const [path, operations] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
@@ -131,6 +132,8 @@ t.test('both OpenAPI documents: 500 on every operation, 503 where it waits for a
         const waits = op.parameters.some((p: { name: string }) => p.name === 'X-Min-Position');
         const sessions = op.security.some((s: Record<string, unknown>) => 'SessionJwt' in s);
         if (waits || sessions) t.ok(op.responses['503'], `${where}: 503 (${waits ? 'waits for a read model' : 'verifies sessions'})`);
+        // Commands take an Idempotency-Key; queries do not.
+        if (op.parameters.some((p: { name: string }) => p.name === 'Idempotency-Key')) t.match(op.responses['409'], { description: /`concurrency-conflict`/ }, `${where}: 409`);
       }
     }
     const problem = doc.components.schemas.Problem;
