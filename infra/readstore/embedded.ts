@@ -277,18 +277,33 @@ export class EmbeddedReadStore implements ReadStore {
     return { items, next_cursor: next };
   }
 
+  /**
+   * Reads the live table of `collection`, resolved and read in one read transaction: otherwise another
+   * connection (the projection thread, or a rebuild by the CLI) could swap a rebuilt generation in and drop
+   * this one between the two, and the read would fail with "no such table". In WAL mode the transaction's
+   * snapshot keeps the table it resolved. (Inside a batch's transaction on this connection, that one is it.)
+   */
+  private onLive<T>(collection: string, read: (table: string) => T): T {
+    if (this.db.inTransaction) return read(this.liveTable(collection));
+    this.prepare('BEGIN').run();
+    try {
+      return read(this.liveTable(collection));
+    } finally {
+      this.prepare('COMMIT').run();
+    }
+  }
+
   async get<T extends Doc>(collection: string, id: string): Promise<Stored<T> | undefined> {
-    return this.getFrom<T>(this.liveTable(collection), id);
+    return this.onLive(collection, (table) => this.getFrom<T>(table, id));
   }
 
   async find<T extends Doc>(collection: string, options: FindOptions = {}): Promise<Page<Stored<T>>> {
-    return this.findIn<T>(this.liveTable(collection), options);
+    return this.onLive(collection, (table) => this.findIn<T>(table, options));
   }
 
   async count(collection: string, where?: Where): Promise<number> {
     const { sql, params } = whereSql(where);
-    const row = this.prepare(`SELECT COUNT(*) AS n FROM ${this.liveTable(collection)} WHERE ${sql}`).get(...params) as { n: number };
-    return row.n;
+    return this.onLive(collection, (table) => (this.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE ${sql}`).get(...params) as { n: number }).n);
   }
 
   // Both read the checkpoints, then write: IMMEDIATE takes the write lock first (waiting on the busy

@@ -1,0 +1,46 @@
+import { once } from 'node:events';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
+import { startWorker } from '../../infra/threads.js';
+
+/**
+ * Reads of the live generation while another connection swaps rebuilt generations in and drops the old
+ * ones (the projection thread finishing a rebuild while the HTTP thread answers queries): a read that
+ * resolved the live table just before the swap must not fail with "no such table".
+ */
+t.test('get, find and count never fail while another connection swaps generations', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-swap-')), 'readmodels.db');
+  const docs = 50;
+  const store = new EmbeddedReadStore(file, { checkpointer: false });
+  t.teardown(() => store.close());
+  await store.register('p', [{ name: 'items', indexes: [['n']] }]);
+  await store.applyBatch('p', { position: 0, generation: 1 }, docs, async (w) => {
+    for (let i = 0; i < docs; i++) await w.put('items', { id: `d${i}`, n: i }, i + 1);
+  });
+
+  const worker = startWorker(import.meta.url, '../support/generation-swapper', { file, docs });
+  await once(worker, 'message');
+  const errors: string[] = [];
+  let reads = 0;
+  const deadline = Date.now() + 3_000;
+  while (Date.now() < deadline) {
+    try {
+      const got = await store.get<{ id: string; n: number }>('items', 'd7');
+      const page = await store.find<{ id: string; n: number }>('items', { where: { n: 3 }, limit: 5 });
+      const count = await store.count('items');
+      if (got?.n !== 7 || page.items.length !== 1 || count !== docs) errors.push(`wrong answer: ${got?.n} ${page.items.length} ${count}`);
+    } catch (error) {
+      errors.push((error as Error).message);
+    }
+    reads++;
+  }
+  worker.postMessage('stop');
+  const [{ swaps }] = (await once(worker, 'message')) as [{ swaps: number }];
+  await worker.terminate();
+  t.ok(swaps >= 20, `the other connection swapped ${swaps} generations in meanwhile`);
+  t.ok(reads > 1000, `${reads} rounds of reads`);
+  t.same([...new Set(errors)], [], `no read failed (${errors.length} of ${reads} did)`);
+});
