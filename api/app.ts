@@ -141,7 +141,6 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
       // so a restart (perhaps with another embedding model) does not have to apply it instead.
       const head = await events.headPosition();
       await Promise.all(host.names.map((name) => host.waitFor(name, head, config.consistencyTimeoutMs).catch(() => undefined)));
-      await memory.stop();
       await host.stop();
       await reads.close();
       await events.close();

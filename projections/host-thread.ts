@@ -11,6 +11,7 @@ import { openStores } from '../infra/stores.js';
 import { HEARTBEAT_INTERVAL_MS } from './health.js';
 import type { HostReport, SinkNote } from './host.js';
 import { allProjections } from './index.js';
+import { reembedOlderLocalVectors } from './memory/reembed.js';
 import type { IndexSink } from './memory/sync.js';
 import { ProjectionRunner } from './runner.js';
 
@@ -64,10 +65,13 @@ port.postMessage({
 pending = undefined;
 // The heartbeat: a report (empty when nothing happened) every interval, so a blocked event loop shows.
 const heartbeat = setInterval(() => report(), HEARTBEAT_INTERVAL_MS);
+// Here rather than on the HTTP thread: a rebuild of 100k vectors holds an event loop ~95 ms at a time.
+const reembedding = reembedOlderLocalVectors(config, events, reads, log);
 
 port.on('message', async (message: unknown) => {
   if (message !== 'stop') return;
   clearInterval(heartbeat);
+  await reembedding.stop();
   for (const runner of runners) await runner.stop();
   await reads.close();
   await events.close();

@@ -7,6 +7,7 @@ import type { ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
 import { startWorker } from '../infra/threads.js';
 import { HealthBoard, threadState, type HostHealth } from './health.js';
 import { allProjections, type ProjectionSinks } from './index.js';
+import { reembedOlderLocalVectors } from './memory/reembed.js';
 import { ProjectionRunner, waitForPosition } from './runner.js';
 
 /**
@@ -43,7 +44,11 @@ export async function startProjectionHost(options: HostOptions): Promise<Project
 
 class InlineHost implements ProjectionHost {
   readonly mode = 'inline' as const;
-  private constructor(private readonly runners: Map<string, ProjectionRunner>, private readonly board: HealthBoard) {}
+  private constructor(
+    private readonly runners: Map<string, ProjectionRunner>,
+    private readonly board: HealthBoard,
+    private readonly reembedding: { stop(): Promise<void> },
+  ) {}
 
   static async start({ config, events, reads, sinks, log }: HostOptions): Promise<InlineHost> {
     const runners = new Map(allProjections(config, sinks, log).map((p) => [p.name, new ProjectionRunner(p, events, reads, log)]));
@@ -53,7 +58,8 @@ class InlineHost implements ProjectionHost {
       runner.onFailure((failure) => board.failed(runner.name, failure));
       await runner.start();
     }
-    return new InlineHost(runners, board);
+    // On the HTTP thread here (no projection thread), holding its event loop while it runs.
+    return new InlineHost(runners, board, reembedOlderLocalVectors(config, events, reads, log));
   }
 
   health(): HostHealth {
@@ -71,6 +77,7 @@ class InlineHost implements ProjectionHost {
   }
 
   async stop(): Promise<void> {
+    await this.reembedding.stop();
     for (const runner of this.runners.values()) await runner.stop();
   }
 }

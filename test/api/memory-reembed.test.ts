@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { LOCAL_EMBEDDING_MODEL } from '../../infra/providers/embeddings.js';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
+import { olderLocalModels } from '../../projections/memory/reembed.js';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
 
 /**
@@ -16,7 +18,12 @@ const scope = { agent: 'a', user: 'u' };
 const TEXTS = ['I drink green tea every morning', 'My dog Rex likes the park', 'Anna works as a nurse in Berlin'];
 
 type Exported = { memories: Array<{ id: string; vector_model?: string }> };
-const exported = async (app: TestCairn) => (await (await app.memory('/v1/export?agent=a&user=u')).json()) as Exported;
+async function exported(app: TestCairn): Promise<Exported> {
+  const res = await app.memory('/v1/export?agent=a&user=u');
+  const body = await res.json();
+  if (res.status !== 200) throw new Error(`export answered ${res.status}: ${JSON.stringify(body)}`);
+  return body as Exported;
+}
 
 /** A DATA_DIR whose memory vectors look as if an earlier version (or another provider) had made them. */
 async function dataDirWithVectorsOf(model: string): Promise<string> {
@@ -70,4 +77,26 @@ t.test('vectors of another provider\'s model are not re-made by themselves (that
   t.equal((await app.reads.checkpoint('memory-vectors')).generation, 1);
   t.equal(await app.reads.rebuildCheckpoint('memory-vectors'), undefined);
   t.same((await exported(app)).memories.map((m) => m.vector_model), TEXTS.map(() => 'text-embedding-3-small'));
+});
+
+t.test('a server stopped while it re-embeds leaves no rebuild behind, and the next start finishes it', async (t) => {
+  const dataDir = await dataDirWithVectorsOf('local-hash-256-v2');
+  const first = await startTestCairn({}, { dataDir });
+  await first.stop();
+  const reads = new EmbeddedReadStore(join(dataDir, 'readmodels.db'));
+  t.equal(await reads.rebuildCheckpoint('memory-vectors'), undefined, 'an interrupted rebuild dropped its generation');
+  await reads.close();
+  const second = await startTestCairn({}, { dataDir });
+  t.teardown(() => second.stop());
+  await until('every vector is of the configured model', async () => {
+    const e = await exported(second);
+    return e.memories.every((m) => m.vector_model === LOCAL_EMBEDDING_MODEL) ? true : undefined;
+  });
+});
+
+t.test('the earlier versions of the local embedder', async (t) => {
+  t.same(olderLocalModels('local-hash-256-v3'), ['local-hash-256-v1', 'local-hash-256-v2']);
+  t.same(olderLocalModels('local-hash-256-v1'), []);
+  t.same(olderLocalModels('text-embedding-3-small'), []);
+  t.ok(olderLocalModels().length > 0 && !olderLocalModels().includes(LOCAL_EMBEDDING_MODEL));
 });
