@@ -81,7 +81,11 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
       return host.waitFor(name, position, config.consistencyTimeoutMs, signal).finally(settled);
     }));
   };
-  const memory = await createMemoryModule({ bus, events, reads, config, log, waitFor });
+  // The vector index loads (and finds vectors of an earlier local embedder) while the host starts.
+  let hostStarted!: (host: ProjectionHost) => void;
+  const started = new Promise<ProjectionHost>((resolve) => { hostStarted = resolve; });
+  const reembed = (older: string[]) => { void started.then((h) => h.reembed(older)); };
+  const memory = await createMemoryModule({ bus, events, reads, config, log, waitFor, reembed });
   // Created before the projections start: the api-keys projection tells it which cached keys changed.
   let platformAuth: ReturnType<typeof platformAuthenticator> | undefined;
   const host = await startProjectionHost({
@@ -89,6 +93,7 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
     sinks: { keys: (keyIds) => platformAuth?.forget(keyIds), ...memory.sinks },
   });
   projections = host;
+  hostStarted(host);
 
   // last_used_at: at most one ApiKeyUsed event a minute per key, recorded off the request path.
   const useRecords = new Throttle(USE_RECORD_INTERVAL_MS);

@@ -11,7 +11,7 @@ import { openStores } from '../infra/stores.js';
 import { HEARTBEAT_INTERVAL_MS } from './health.js';
 import type { HostReport, SinkNote } from './host.js';
 import { allProjections } from './index.js';
-import { reembedOlderLocalVectors } from './memory/reembed.js';
+import { Reembedder } from './memory/reembed.js';
 import type { IndexSink } from './memory/sync.js';
 import { ProjectionRunner } from './runner.js';
 
@@ -65,13 +65,17 @@ port.postMessage({
 pending = undefined;
 // The heartbeat: a report (empty when nothing happened) every interval, so a blocked event loop shows.
 const heartbeat = setInterval(() => report(), HEARTBEAT_INTERVAL_MS);
-// Here rather than on the HTTP thread: a rebuild of 100k vectors holds an event loop ~95 ms at a time.
-const reembedding = reembedOlderLocalVectors(config, events, reads, log);
+// Asked for by the HTTP thread; run here rather than there: a rebuild of 100k vectors holds an event loop ~95 ms at a time.
+const reembedder = new Reembedder(config, events, reads, log);
 
 port.on('message', async (message: unknown) => {
+  if (typeof message === 'object' && message !== null && 'reembed' in message) {
+    reembedder.start((message as { reembed: string[] }).reembed);
+    return;
+  }
   if (message !== 'stop') return;
   clearInterval(heartbeat);
-  await reembedding.stop();
+  await reembedder.stop();
   for (const runner of runners) await runner.stop();
   await reads.close();
   await events.close();

@@ -7,7 +7,7 @@ import type { ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
 import { startWorker } from '../infra/threads.js';
 import { HealthBoard, threadState, type HostHealth } from './health.js';
 import { allProjections, type ProjectionSinks } from './index.js';
-import { reembedOlderLocalVectors } from './memory/reembed.js';
+import { Reembedder } from './memory/reembed.js';
 import { ProjectionRunner, waitForPosition } from './runner.js';
 
 /**
@@ -27,6 +27,8 @@ export interface ProjectionHost {
   waitFor(name: string, position: number, timeoutMs: number, signal?: AbortSignal): Promise<void>;
   /** The thread's state and each projection's position, progress and failure (what `/readyz` reports). */
   health(): HostHealth;
+  /** Re-embeds vectors of these earlier local embedder models, in the background (see Reembedder); one rebuild at a time. */
+  reembed(older: string[]): void;
   stop(): Promise<void>;
 }
 
@@ -47,7 +49,7 @@ class InlineHost implements ProjectionHost {
   private constructor(
     private readonly runners: Map<string, ProjectionRunner>,
     private readonly board: HealthBoard,
-    private readonly reembedding: { stop(): Promise<void> },
+    private readonly reembedder: Reembedder,
   ) {}
 
   static async start({ config, events, reads, sinks, log }: HostOptions): Promise<InlineHost> {
@@ -59,7 +61,7 @@ class InlineHost implements ProjectionHost {
       await runner.start();
     }
     // On the HTTP thread here (no projection thread), holding its event loop while it runs.
-    return new InlineHost(runners, board, reembedOlderLocalVectors(config, events, reads, log));
+    return new InlineHost(runners, board, new Reembedder(config, events, reads, log));
   }
 
   health(): HostHealth {
@@ -76,8 +78,10 @@ class InlineHost implements ProjectionHost {
     return runner;
   }
 
+  reembed(older: string[]): void { this.reembedder.start(older); }
+
   async stop(): Promise<void> {
-    await this.reembedding.stop();
+    await this.reembedder.stop();
     for (const runner of this.runners.values()) await runner.stop();
   }
 }
@@ -206,6 +210,8 @@ class ThreadHost implements ProjectionHost {
     if (!this.names.includes(name)) throw new Error(`unknown projection ${name}`);
     return this.board.positionOf(name);
   }
+
+  reembed(older: string[]): void { this.worker?.postMessage({ reembed: older }); }
 
   waitFor(name: string, position: number, timeoutMs: number, signal?: AbortSignal): Promise<void> {
     return waitForPosition(this.progress, name, () => this.position(name), name, position, timeoutMs, signal);

@@ -22,6 +22,8 @@ export interface MemoryModuleDeps {
   reads: ReadStore;
   config: Config;
   log: Logger;
+  /** Asks the projections to re-embed vectors of these earlier local embedder models (see Reembedder). */
+  reembed?(older: string[]): void;
   /** Waits until the named projections have applied `position`. */
   waitFor(projections: string[], position: number): Promise<void>;
 }
@@ -48,16 +50,20 @@ export async function createMemoryModule(deps: MemoryModuleDeps): Promise<Memory
     // After loading, say so when stored vectors were made by another model than the configured one.
     vectors.reset = async () => {
       await reset();
-      // Vectors of an earlier local embedder are re-made by the projections (see reembedOlderLocalVectors).
-      const reembedded = embedder.model === LOCAL_EMBEDDING_MODEL ? olderLocalModels() : [];
+      // Loading the index has just read every vector: vectors of an earlier local embedder are re-made by
+      // the projections (see Reembedder), others are the operator's to rebuild.
+      const earlier = embedder.model === LOCAL_EMBEDDING_MODEL ? olderLocalModels() : [];
+      const older: string[] = [];
       for (const [model, count] of vectorIndex.models()) {
         if (model === embedder.model) continue;
-        if (reembedded.includes(model)) {
+        if (earlier.includes(model)) {
           log.info({ model, count, configured: embedder.model }, 'vectors of an earlier local embedder are left out of searches until they are re-embedded (in the background)');
+          older.push(model);
           continue;
         }
         log.warn({ model, count, configured: embedder.model }, 'vectors of another embedding model are left out of searches until `ops projections rebuild memory-vectors`');
       }
+      if (older.length > 0) deps.reembed?.(older);
     };
   }
   const retrieval = new Retrieval({
