@@ -21,11 +21,18 @@ function findProjection(name: string): Projection {
   return projection;
 }
 
+/**
+ * `projections status` exits with this after printing when a projection is failing, so that scripts and cron
+ * checks need not parse the output; distinct from 1 (the command itself failed: a store not reachable…).
+ */
+const FAILING_EXIT_CODE = 3;
+
 export function projectionCommands(program: Command): void {
   const projections = program.command('projections').description('read models: checkpoints, lag, rebuilds');
 
   projections.command('status').description('checkpoint, head, lag and failure of every projection')
     .option('--json', 'print JSON')
+    .addHelpText('after', `\nExit code: 0 when no projection is failing, ${FAILING_EXIT_CODE} when one is (after printing the status), 1 when the status could not be read.`)
     .action(async (opts: { json?: boolean }) => withStores(async ({ events, reads }) => {
       // So that projections that never ran are listed too, with lag = head.
       for (const p of known()) await reads.register(p.name, p.collections);
@@ -34,12 +41,16 @@ export function projectionCommands(program: Command): void {
         const rebuild = await reads.rebuildCheckpoint(s.projection);
         return { ...s, rebuilding: rebuild ? { position: rebuild.position, generation: rebuild.generation } : null };
       }));
-      if (opts.json) return printJson(rows);
-      printTable(rows.map(({ lag_at_least: atLeast, ...r }) => ({
-        ...r, lag: atLeast ? `${r.lag}+` : r.lag, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position}`,
-        failing: r.failing && `${r.failing.count}x since ${r.failing.since} (last ${r.failing.last_at}): ${r.failing.message}`,
-      })),
-        ['projection', 'position', 'head', 'lag', 'generation', 'updated_at', 'rebuilding', 'failing']);
+      if (opts.json) printJson(rows);
+      else {
+        printTable(rows.map(({ lag_at_least: atLeast, ...r }) => ({
+          ...r, lag: atLeast ? `${r.lag}+` : r.lag, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position}`,
+          failing: r.failing && `${r.failing.count}x since ${r.failing.since} (last ${r.failing.last_at}): ${r.failing.message}`,
+        })),
+          ['projection', 'position', 'head', 'lag', 'generation', 'updated_at', 'rebuilding', 'failing']);
+      }
+      const failing = rows.filter((r) => r.failing).map((r) => r.projection);
+      if (failing.length > 0) throw new OpsError(`failing projection${failing.length === 1 ? '' : 's'}: ${failing.join(', ')}`, FAILING_EXIT_CODE);
     }));
 
   projections.command('rebuild').description('rebuild a read model from position 0 beside the live one, then swap it in')

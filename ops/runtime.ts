@@ -11,7 +11,10 @@ import type { EventStore } from '../infra/eventstore/port.js';
 import type { ReadStore } from '../infra/readstore/port.js';
 import { openStores } from '../infra/stores.js';
 
-/** An operator mistake (unknown name, missing project…) or interruption: printed as one line, exit code 1 unless given. */
+/**
+ * An operator mistake (unknown name, missing project…), an interruption, or what a script must act on (a failing
+ * projection): printed as one line, exit code 1 unless given.
+ */
 export class OpsError extends Error {
   override readonly name = 'OpsError';
   constructor(message: string, readonly exitCode = 1) {

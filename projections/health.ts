@@ -1,5 +1,5 @@
 import type { EventStore } from '../infra/eventstore/port.js';
-import type { ProjectionFailure } from '../infra/readstore/port.js';
+import type { ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
 
 /** How often the projection thread tells the HTTP thread it is alive (any report counts). */
 export const HEARTBEAT_INTERVAL_MS = 1000;
@@ -7,6 +7,12 @@ export const HEARTBEAT_INTERVAL_MS = 1000;
 export const HEARTBEAT_TIMEOUT_MS = 10_000;
 /** Where `/readyz` stops counting a projection's lag (unless READY_MAX_LAG needs more): a probe must stay cheap. */
 export const READY_LAG_COUNT_LIMIT = 1000;
+/**
+ * How long `/readyz` waits for each store to answer. A store that does not answer within it (MongoDB or
+ * EventStoreDB unreachable: their drivers wait far longer before giving up) makes the node not ready; a probe
+ * that waited on it instead would hang the load balancer's health check, which gives up after a few seconds.
+ */
+export const STORE_PROBE_TIMEOUT_MS = 2000;
 
 /** The projection thread, as the HTTP thread sees it. */
 export interface ThreadHealth {
@@ -36,19 +42,24 @@ export interface HostHealth {
 }
 
 export interface ProjectionReadiness extends RunnerHealth {
-  /** Events after `position`, counted up to the probe's limit (`lag_at_least` past it). */
-  lag: number;
+  /** Events after `position`, counted up to the probe's limit (`lag_at_least` past it); null: the event store failed or did not answer in time. */
+  lag: number | null;
   lag_at_least?: true;
-  /** Not failing, and (with READY_MAX_LAG) not further behind than that. */
+  /** Not failing, and (with READY_MAX_LAG) not known to be further behind than that. */
   ready: boolean;
 }
 
+/** How a store answered its probe: `error` (it threw) or `timeout` (no answer within STORE_PROBE_TIMEOUT_MS) make the node not ready. */
+export type StoreState = 'ok' | 'error' | 'timeout';
+
 export interface Readiness {
   ready: boolean;
-  /** Why not, one reason per thread or projection; empty when ready. */
+  /** Why not, one reason per store, thread or projection; empty when ready. */
   reasons: string[];
-  head: number;
+  /** null: the event store failed or did not answer in time. */
+  head: number | null;
   max_lag: number | null;
+  stores: { events: StoreState; reads: StoreState };
   thread: ThreadHealth;
   projections: ProjectionReadiness[];
 }
@@ -65,27 +76,67 @@ export async function lagOf(events: Pick<EventStore, 'countAfter'>, position: nu
   return lag >= limit ? { lag, lag_at_least: true } : { lag };
 }
 
+type Probed<T> = { state: 'ok'; value: T } | { state: Exclude<StoreState, 'ok'>; reason: string };
+
+/** Runs one store's probe, bounded by STORE_PROBE_TIMEOUT_MS: a failure or no answer in time is a reason naming the store. */
+async function probeStore<T>(store: string, probe: () => Promise<T>): Promise<Probed<T>> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<Probed<T>>((resolve) => {
+    timer = setTimeout(() => resolve({ state: 'timeout', reason: `the ${store} did not answer within ${STORE_PROBE_TIMEOUT_MS} ms` }), STORE_PROBE_TIMEOUT_MS);
+  });
+  const answered = (async (): Promise<Probed<T>> => ({ state: 'ok', value: await probe() }))()
+    .catch((error: unknown): Probed<T> => ({ state: 'error', reason: `the ${store} failed: ${describeError(error)}` }));
+  try {
+    return await Promise.race([answered, timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /**
- * Whether the projections of this process serve current read models: none failing, the thread running
- * and heard from, and, only when `maxLag` is set, none more than `maxLag` events behind the log's head.
+ * Whether this process serves current read models: both stores answering (each within STORE_PROBE_TIMEOUT_MS; the read
+ * store through the connection queries use), none of its projections failing, the thread running and heard
+ * from, and, only when `maxLag` is set, none more than `maxLag` events behind the log's head.
  * Ordinary lag under load is not a reason by default: every node behind the same log lags alike, and
  * taking them all out of a load balancer at once would only turn a slow read model into an outage.
  */
-export async function readiness(host: { health(): HostHealth }, events: Pick<EventStore, 'headPosition' | 'countAfter'>, maxLag?: number): Promise<Readiness> {
+export async function readiness(
+  host: { health(): HostHealth },
+  stores: { events: Pick<EventStore, 'headPosition' | 'countAfter'>; reads: Pick<ReadStore, 'listCheckpoints'> },
+  maxLag?: number,
+): Promise<Readiness> {
   const { thread, projections } = host.health();
-  const head = await events.headPosition();
   const limit = Math.max(READY_LAG_COUNT_LIMIT, (maxLag ?? 0) + 1);
-  const rows = await Promise.all(projections.map(async (p) => {
-    const lag = await lagOf(events, p.position, head, limit);
-    return { ...p, ...lag, ready: !p.failing && (maxLag === undefined || lag.lag <= maxLag) };
-  }));
+  // The event store's probe is the head and the lags, the queries this answer needs from it anyway; the
+  // head is reported even if counting a lag then fails.
+  const known: { head: number | null } = { head: null };
+  const [events, reads] = await Promise.all([
+    probeStore('event store', async () => {
+      const head = known.head = await stores.events.headPosition();
+      return Promise.all(projections.map((p) => lagOf(stores.events, p.position, head, limit)));
+    }),
+    probeStore('read store', () => stores.reads.listCheckpoints()),
+  ]);
+  const rows = projections.map((p, i): ProjectionReadiness => {
+    const lag: Pick<ProjectionReadiness, 'lag' | 'lag_at_least'> = events.state === 'ok' ? events.value[i]! : { lag: null };
+    return { ...p, ...lag, ready: !p.failing && (maxLag === undefined || lag.lag === null || lag.lag <= maxLag) };
+  });
   const reasons = [
+    ...[events, reads].flatMap((probe) => (probe.state === 'ok' ? [] : [probe.reason])),
     ...(thread.state === 'running' ? [] : [`the projection thread is ${thread.state}`]),
     ...rows.filter((r) => !r.ready).map((r) => (r.failing
       ? `${r.projection} is failing (${r.failing.count} failed attempt${r.failing.count === 1 ? '' : 's'} since ${r.failing.since}): ${r.failing.message}`
       : `${r.projection} is ${r.lag}${r.lag_at_least ? '+' : ''} events behind the log (READY_MAX_LAG ${maxLag})`)),
   ];
-  return { ready: reasons.length === 0, reasons, head, max_lag: maxLag ?? null, thread, projections: rows };
+  return {
+    ready: reasons.length === 0,
+    reasons,
+    head: known.head,
+    max_lag: maxLag ?? null,
+    stores: { events: events.state, reads: reads.state },
+    thread,
+    projections: rows,
+  };
 }
 
 /** Positions, progress times and failures of a host's projections, as its runners report them. */

@@ -25,6 +25,15 @@ const ThreadState = Type.Object({
   restarts: Type.Integer({ minimum: 0, description: 'threads started to replace one that exited' }),
 });
 
+const StoreState = Type.Union([Type.Literal('ok'), Type.Literal('error'), Type.Literal('timeout')], {
+  description: 'how the store answered this probe: `ok`; in the 503 body also `error` (the query failed) or `timeout` (no answer within 2 s)',
+});
+
+const Stores = Type.Object({
+  events: StoreState,
+  reads: StoreState,
+}, { description: 'the event store (asked for the head and the lags) and the read store this process queries (asked for its checkpoints)' });
+
 const ProjectionState = Type.Object({
   projection: Type.String(),
   position: Type.Integer({ minimum: 0, description: 'log position applied' }),
@@ -39,6 +48,7 @@ export const ReadinessBody = Type.Object({
   status: Type.Literal('ready'),
   head: Type.Integer({ minimum: 0, description: 'the log\'s last position' }),
   max_lag: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: 'READY_MAX_LAG; null: lag alone never makes the node not ready' }),
+  stores: Stores,
   thread: ThreadState,
   projections: Type.Array(ProjectionState),
 });
@@ -61,13 +71,15 @@ export function healthRoutes(readiness?: () => Promise<Readiness>): RouteDef[] {
   return [liveness, route({
     method: 'GET', path: '/readyz', operationId: 'readiness', tag: 'Health', auth: [],
     summary: 'Readiness: the read models this process serves are being kept current',
-    description: 'For load balancers and operators, no credentials needed. Not ready (503) while a projection is failing '
+    description: 'For load balancers and operators, no credentials needed. Not ready (503) while the event store or the read store '
+      + 'fails to answer its probe or does not answer within 2 s, while a projection is failing '
       + '(an error, retried from its checkpoint every second, until the batch that failed is applied), while the projection thread '
       + 'is restarting or has not been heard from for 10 s, and, only when READY_MAX_LAG is set, while a projection is more events '
       + 'behind the log than that. The 503 is `application/problem+json` (type `…/not-ready`), its `detail` naming every reason, '
-      + 'with the same `head`, `max_lag`, `thread` and `projections` members as the 200 body.',
+      + 'with the same `head`, `max_lag`, `stores`, `thread` and `projections` members as the 200 body (`head` and each `lag` null '
+      + 'when the event store did not answer).',
     query: AnyQuery,
-    responses: { 200: { description: 'every projection is ready', schema: ReadinessBody } },
+    responses: { 200: { description: 'both stores answer and every projection is ready', schema: ReadinessBody } },
     errors: [403, 503],
     async handler() {
       const { ready, reasons, ...state } = await readiness();

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { startTestCairn, type TestCairn } from '../support/cairn.js';
+import { bearer, projectWithKey, startTestCairn, type TestCairn } from '../support/cairn.js';
 import { startOpenAiServer, type OpenAiServer } from '../support/openai-server.js';
 
 /** GET /readyz (both services) and `ops projections status` while a projection really fails, and after it recovers. */
@@ -30,7 +30,7 @@ async function probeUntil(app: TestCairn, status: number): Promise<Probe> {
 const row = (body: any, projection: string) => (body.projections as Array<{ projection: string }>).find((p) => p.projection === projection) as any;
 
 /** Runs the operator CLI as operators do, against the server's DATA_DIR (the server keeps running). */
-async function opsStatus(dataDir: string, env: Record<string, string>, json: boolean): Promise<string> {
+async function opsStatus(dataDir: string, env: Record<string, string>, json: boolean): Promise<{ code: number; stdout: string; stderr: string }> {
   const childEnv: NodeJS.ProcessEnv = { ...process.env, ...env, DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
   delete childEnv.EVENTSTORE_URL;
   delete childEnv.MONGODB_URL;
@@ -41,8 +41,7 @@ async function opsStatus(dataDir: string, env: Record<string, string>, json: boo
   child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
   child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
   const [code] = await once(child, 'close');
-  if (code !== 0) throw new Error(`ops projections status exited ${code}: ${stderr}`);
-  return stdout;
+  return { code, stdout, stderr };
 }
 
 const embeddingsEnv = (server: OpenAiServer, extra: Record<string, string> = {}) => ({
@@ -60,7 +59,7 @@ for (const thread of ['true', 'false']) {
     const ready = await probe(app);
     t.equal(ready.status, 200, ready.text);
     t.match(ready.type, /^application\/json/);
-    t.match(ready.body, { status: 'ready', max_lag: null, thread: { mode: thread === 'true' ? 'thread' : 'inline', state: 'running', restarts: 0 } });
+    t.match(ready.body, { status: 'ready', max_lag: null, stores: { events: 'ok', reads: 'ok' }, thread: { mode: thread === 'true' ? 'thread' : 'inline', state: 'running', restarts: 0 } });
     t.ok(ready.body.projections.length >= 7 && ready.body.projections.every((p: any) => p.ready && p.failing === null), 'every projection ready');
     t.ok(row(ready.body, 'memory-vectors'), 'memory-vectors is among them');
 
@@ -88,13 +87,17 @@ for (const thread of ['true', 'false']) {
     t.same((await probe(app, 'platform', '/healthz')).body, { status: 'ok' }, '/healthz stays liveness only');
 
     if (thread === 'true') {
-      const status = JSON.parse(await opsStatus(app.dataDir, env, true)) as any[];
+      const json = await opsStatus(app.dataDir, env, true);
+      t.equal(json.code, 3, 'ops projections status exits 3 while a projection is failing');
+      t.equal(json.stderr, 'error: failing projection: memory-vectors\n');
+      const status = JSON.parse(json.stdout) as any[];
       t.match(row({ projections: status }, 'memory-vectors'), { failing: { message: 'ProviderError: embeddings provider answered 503', since: String, count: Number } },
         'ops projections status (another process) sees the failure');
       t.ok(status.filter((s) => s.projection !== 'memory-vectors').every((s) => s.failing === null));
       const table = await opsStatus(app.dataDir, env, false);
-      t.match(table.split('\n')[0], /FAILING$/);
-      t.match(table.split('\n').find((l) => l.startsWith('memory-vectors')), /\dx since \S+ \(last \S+\): ProviderError: embeddings provider answered 503$/);
+      t.equal(table.code, 3, 'the table too');
+      t.match(table.stdout.split('\n')[0], /FAILING$/);
+      t.match(table.stdout.split('\n').find((l) => l.startsWith('memory-vectors')), /\dx since \S+ \(last \S+\): ProviderError: embeddings provider answered 503$/);
     }
 
     embedServer.embeddings.length = 0; // the provider is back
@@ -103,8 +106,9 @@ for (const thread of ['true', 'false']) {
     t.match(row(recovered.body, 'memory-vectors'), { ready: true, failing: null, lag: 0, progress_at: String });
     t.equal((await probe(app, 'memory')).status, 200);
     if (thread === 'true') {
-      const status = JSON.parse(await opsStatus(app.dataDir, env, true)) as any[];
-      t.equal(row({ projections: status }, 'memory-vectors').failing, null, 'and ops no longer shows it');
+      const recoveredStatus = await opsStatus(app.dataDir, env, true);
+      t.equal(recoveredStatus.code, 0, `exit code 0 once none is failing ${recoveredStatus.stderr}`);
+      t.equal(row({ projections: JSON.parse(recoveredStatus.stdout) }, 'memory-vectors').failing, null, 'and ops no longer shows it');
     }
   });
 }
@@ -122,6 +126,32 @@ t.test('credentials in a failure never leave the server', async (t) => {
   t.notMatch(failing.text, /hunter2|sk-live|cairn:/, 'no password, no API key');
   const stored = (await app.reads.listCheckpoints()).find((c) => c.projection === 'memory-vectors');
   t.notMatch(JSON.stringify(stored), /hunter2/, 'nor beside the checkpoint');
+});
+
+t.test('a read store the HTTP thread cannot query: /readyz 503 naming it, on both services, while the projections still run', async (t) => {
+  const app = await startTestCairn();
+  t.teardown(() => app.stop());
+  const { key } = await projectWithKey(app);
+  t.equal((await app.platform('/agents', { headers: bearer(key) })).status, 200);
+  const healthy = await probe(app);
+  t.equal(healthy.status, 200, healthy.text);
+  t.same(healthy.body.stores, { events: 'ok', reads: 'ok' });
+  t.same((await probe(app, 'memory')).body.stores, { events: 'ok', reads: 'ok' });
+
+  // The connection the HTTP thread queries through goes away; the projection thread keeps its own.
+  await app.reads.close();
+  t.equal((await app.platform('/agents', { headers: bearer(key) })).status, 500, 'queries fail now');
+  for (const service of ['platform', 'memory'] as const) {
+    const down = await probe(app, service);
+    t.equal(down.status, 503, down.text);
+    t.equal(down.type, 'application/problem+json');
+    t.match(down.body, {
+      type: 'https://cairn.dev/problems/not-ready', status: 503,
+      detail: 'not ready: the read store failed: TypeError: The database connection is not open',
+      stores: { events: 'ok', reads: 'error' }, head: Number, max_lag: null, thread: { state: 'running' },
+    }, `${service}: the store and its error named, the rest of the state still there`);
+    t.ok(down.body.projections.length >= 7 && down.body.projections.every((p: any) => p.ready && typeof p.lag === 'number'), 'the projections themselves are fine');
+  }
 });
 
 t.test('a projection thread that dies: 503 while it is replaced, 200 once the new one runs', async (t) => {

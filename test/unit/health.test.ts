@@ -1,7 +1,17 @@
 import t from 'tap';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import {
-  describeError, HEARTBEAT_TIMEOUT_MS, HealthBoard, readiness, READY_LAG_COUNT_LIMIT, threadState, type HostHealth,
+  describeError, HEARTBEAT_TIMEOUT_MS, HealthBoard, readiness, READY_LAG_COUNT_LIMIT, STORE_PROBE_TIMEOUT_MS, threadState, type HostHealth,
 } from '../../projections/health.js';
+
+/** A thread running and two projections, `a` 10 events behind a dense log up to 100, `b` at its head. */
+const health = (over: Partial<HostHealth> = {}): { health(): HostHealth } => ({
+  health: () => ({
+    thread: { mode: 'thread', state: 'running', heartbeat_at: null, restarts: 0 },
+    projections: [{ projection: 'a', position: 90, progress_at: null, failing: null }, { projection: 'b', position: 100, progress_at: null, failing: null }],
+    ...over,
+  }),
+});
 
 t.test('describeError: class and first line, credentials redacted, bounded', async (t) => {
   class ProviderError extends Error { override readonly name = 'ProviderError'; }
@@ -53,39 +63,74 @@ t.test('HealthBoard: the first position is where a projection starts; moving for
 });
 
 t.test('readiness: failing or a thread not running is not ready; lag only past READY_MAX_LAG, at its edge', async (t) => {
-  const health = (over: Partial<HostHealth> = {}): { health(): HostHealth } => ({
-    health: () => ({
-      thread: { mode: 'thread', state: 'running', heartbeat_at: null, restarts: 0 },
-      projections: [{ projection: 'a', position: 90, progress_at: null, failing: null }, { projection: 'b', position: 100, progress_at: null, failing: null }],
-      ...over,
-    }),
-  });
+  const reads = new EmbeddedReadStore(':memory:');
+  t.teardown(() => reads.close());
   const counted: number[] = [];
   // A dense log up to 100, as the embedded one is.
   const events = { headPosition: async () => 100, countAfter: async (p: number, max: number) => { counted.push(max); return Math.min(100 - p, max); } };
-  const plain = await readiness(health(), events);
-  t.match(plain, { ready: true, reasons: [], head: 100, max_lag: null });
+  const plain = await readiness(health(), { events, reads });
+  t.match(plain, { ready: true, reasons: [], head: 100, max_lag: null, stores: { events: 'ok', reads: 'ok' } });
   t.match(plain.projections, [{ projection: 'a', lag: 10, ready: true }, { projection: 'b', lag: 0, ready: true }], 'lagging alone is ready by default');
   t.same(counted, [READY_LAG_COUNT_LIMIT], 'counted up to the probe\'s limit; nothing counted when at the head');
 
-  t.match(await readiness(health(), events, 10), { ready: true, max_lag: 10 }, 'exactly READY_MAX_LAG behind: ready');
-  const past = await readiness(health(), events, 9);
+  t.match(await readiness(health(), { events, reads }, 10), { ready: true, max_lag: 10 }, 'exactly READY_MAX_LAG behind: ready');
+  const past = await readiness(health(), { events, reads }, 9);
   t.match(past, { ready: false, reasons: ['a is 10 events behind the log (READY_MAX_LAG 9)'] });
   t.match(past.projections[0], { ready: false, failing: null });
 
   const farEvents = { headPosition: async () => 100_000_000, countAfter: async (_p: number, max: number) => max };
-  const far = await readiness(health(), farEvents);
+  const far = await readiness(health(), { events: farEvents, reads });
   t.match(far.projections[0], { lag: READY_LAG_COUNT_LIMIT, lag_at_least: true });
-  t.match((await readiness(health(), farEvents, 5000)).reasons[0], /^a is 5001\+ events behind the log/, 'counted just past the bound');
+  t.match((await readiness(health(), { events: farEvents, reads }, 5000)).reasons[0], /^a is 5001\+ events behind the log/, 'counted just past the bound');
 
   const failure = { message: 'ProviderError: embeddings provider answered 503', since: '2026-01-01T00:00:00.000Z', count: 1, last_at: '2026-01-01T00:00:00.000Z' };
   const failing = await readiness(health({
     thread: { mode: 'thread', state: 'unresponsive', heartbeat_at: '2026-01-01T00:00:00.000Z', restarts: 2 },
     projections: [{ projection: 'a', position: 100, progress_at: null, failing: failure }],
-  }), events);
+  }), { events, reads });
   t.same(failing.reasons, [
     'the projection thread is unresponsive',
     'a is failing (1 failed attempt since 2026-01-01T00:00:00.000Z): ProviderError: embeddings provider answered 503',
   ]);
   t.match(failing.projections[0], { lag: 0, ready: false, failing: failure });
+});
+
+t.test('readiness: a store that fails or does not answer within STORE_PROBE_TIMEOUT_MS is not ready, and the probe answers in bounded time', async (t) => {
+  const working = new EmbeddedReadStore(':memory:');
+  t.teardown(() => working.close());
+  const closed = new EmbeddedReadStore(':memory:');
+  await closed.close();
+  const events = { headPosition: async () => 100, countAfter: async (p: number, max: number) => Math.min(100 - p, max) };
+  const never = <T>() => new Promise<T>(() => {});
+  const timed = async <T>(probe: Promise<T>) => {
+    const started = performance.now();
+    return { result: await probe, ms: performance.now() - started };
+  };
+
+  // Both at once: each waits for the timeout.
+  const [readsHang, eventsHang] = await Promise.all([
+    timed(readiness(health(), { events, reads: { listCheckpoints: never } })),
+    timed(readiness(health(), { events: { headPosition: never, countAfter: never }, reads: closed }, 5)),
+  ]);
+  for (const { ms } of [readsHang, eventsHang]) t.ok(ms >= STORE_PROBE_TIMEOUT_MS - 50 && ms < STORE_PROBE_TIMEOUT_MS + 1000, `answered after ${Math.round(ms)} ms`);
+  t.match(readsHang.result, {
+    ready: false, reasons: [`the read store did not answer within ${STORE_PROBE_TIMEOUT_MS} ms`],
+    head: 100, stores: { events: 'ok', reads: 'timeout' }, thread: { state: 'running' },
+  });
+  t.match(readsHang.result.projections, [{ projection: 'a', lag: 10, ready: true }, { projection: 'b', lag: 0, ready: true }], 'what the event store answered is still there');
+  t.same(eventsHang.result.reasons, [
+    `the event store did not answer within ${STORE_PROBE_TIMEOUT_MS} ms`,
+    'the read store failed: TypeError: The database connection is not open',
+  ]);
+  t.match(eventsHang.result, { ready: false, head: null, max_lag: 5, stores: { events: 'timeout', reads: 'error' } });
+  t.match(eventsHang.result.projections, [{ projection: 'a', lag: null, ready: true }, { projection: 'b', lag: null, ready: true }],
+    'lag unknown: READY_MAX_LAG adds no reason of its own');
+
+  const refused = await readiness(health(), {
+    events: { headPosition: async () => { throw new Error('connect to esdb://admin:changeit@db.internal:2113 refused'); }, countAfter: events.countAfter },
+    reads: working,
+  });
+  t.match(refused, { ready: false, reasons: ['the event store failed: connect to esdb://[redacted]@db.internal:2113 refused'], stores: { events: 'error', reads: 'ok' } });
+  const countFails = await readiness(health(), { events: { headPosition: async () => 100, countAfter: async () => { throw new Error('read timed out'); } }, reads: working });
+  t.match(countFails, { ready: false, reasons: ['the event store failed: read timed out'], head: 100, stores: { events: 'error' } }, 'a head already answered is kept');
 });
