@@ -43,7 +43,7 @@ export const PROBLEM_BASE = 'https://cairn.dev/problems/';
  * ProblemError with a slug (or a status) not listed here does not compile.
  */
 export const PROBLEM_TYPES = {
-  validation: { statuses: [400], meaning: 'The request is invalid: a path or query parameter, a header or the body failed validation (`errors[]` names each), or the body could not be read as JSON (malformed, over 1 MiB, nested too deeply, wrong Content-Type, charset or Content-Encoding), or the path\'s percent-encoding is not UTF-8.' },
+  validation: { statuses: [400], meaning: 'The request is invalid: a path or query parameter, a header or the body failed validation (`errors[]` names each), or the body could not be read as JSON (malformed, not UTF-8, over 1 MiB, nested too deeply, wrong Content-Type, charset or Content-Encoding), or the path\'s percent-encoding is not UTF-8.' },
   invalid: { statuses: [400], meaning: 'A rule of the domain refused the input (e.g. an API key name that is only whitespace).' },
   aborted: { statuses: [400], meaning: 'The request body was not received completely.' },
   'malformed-request': { statuses: [400], meaning: 'Not valid HTTP/1.1: refused by the HTTP parser.' },
@@ -66,7 +66,7 @@ export const PROBLEM_TYPES = {
   'not-implemented': { statuses: [501], meaning: 'The operation is not implemented (no operation answers this at present).' },
   'not-caught-up': { statuses: [503], meaning: 'A read model did not reach the position the request waits for (`X-Min-Position`, or the operation\'s own wait) within `CONSISTENCY_TIMEOUT_MS`: retry after `Retry-After`.' },
   'not-configured': { statuses: [503], meaning: 'Something the operation needs is not configured: dashboard sessions (`AUTH_JWKS_URL` or `AUTH_JWT_SECRET`), or the memory service\'s chat provider (`LLM_BASE_URL`).' },
-  'not-ready': { statuses: [503], meaning: '`GET /readyz`: a projection this process serves is failing, the projection thread is restarting or unresponsive, or (with `READY_MAX_LAG`) a projection is too far behind; `detail` names each reason, and the `thread` and `projections` members say more.' },
+  'not-ready': { statuses: [503], meaning: '`GET /readyz`: the event store or the read store failed or did not answer within 2 s, a projection this process serves is failing, the projection thread is restarting or unresponsive, or (with `READY_MAX_LAG`) a projection is too far behind; `detail` names each reason, and the `stores`, `thread` and `projections` members say more.' },
   'identity-provider-unavailable': { statuses: [503], meaning: 'Platform: the identity provider\'s keys (`AUTH_JWKS_URL`) could not be fetched, so a session token cannot be verified now: retry after `Retry-After`.' },
 } as const satisfies Record<string, { statuses: readonly number[]; meaning: string }>;
 

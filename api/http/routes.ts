@@ -1,4 +1,5 @@
 import Router, { type RouterMiddleware } from '@koa/router';
+import { isUtf8 } from 'node:buffer';
 import type Koa from 'koa';
 import { HttpMethodEnum, koaBody } from 'koa-body';
 import type { Static, TSchema } from 'typebox';
@@ -212,62 +213,109 @@ function takeMinPosition(ctx: Koa.Context, query: Record<string, unknown>, accep
 }
 
 /**
- * JSON bodies through koa-body (co-body, raw-body): at most 1 MiB after a gzip or deflate Content-Encoding
- * is undone, any JSON value (a config value may be a scalar), `__proto__` keys rejected (prototype
- * poisoning), and the text kept to tell an empty body from a JSON value.
- */
-const parseJsonBody = koaBody({
-  json: true,
-  jsonStrict: false,
-  jsonLimit: BODY_LIMIT_BYTES,
-  jsonTypes: ['application/json', '+json'],
-  text: false,
-  urlencoded: false,
-  multipart: false,
-  includeUnparsed: true,
-  patchNode: false,
-  patchKoa: true,
-  parsedMethods: [HttpMethodEnum.POST, HttpMethodEnum.PUT, HttpMethodEnum.PATCH, HttpMethodEnum.DELETE],
-});
-const nothing = async () => undefined;
-
-/**
- * Reads a JSON body: content type must be JSON, at most 1 MiB, one JSON value and nothing after it
+ * Reads a JSON body: content type must be JSON, at most 1 MiB, UTF-8, one JSON value and nothing after it
  * (JSON.parse rejects trailing data), not empty. Every failure is a 400 problem.
  */
 export async function readJsonBody(ctx: Koa.Context, types: string[] = ['application/json', '+json']): Promise<unknown> {
   if (!ctx.is(types)) {
     throw badRequest('Content-Type must be application/json', [{ location: 'header.Content-Type', message: 'must be application/json', value: ctx.get('Content-Type') || null }]);
   }
-  // JSON is UTF-8 (RFC 8259 §8.1), and the body parser decodes every body as UTF-8 whatever its charset says:
-  // a latin1 "café" would be stored as "caf\uFFFD". Another declared charset is refused instead.
+  // JSON is UTF-8 (RFC 8259 §8.1): another declared charset is refused rather than decoded as UTF-8.
   const charset = ctx.request.charset;
   if (charset && !/^utf-?8$/i.test(charset)) {
     throw badRequest('JSON bodies must be UTF-8', [{ location: 'header.Content-Type', message: 'charset must be utf-8 (or absent)', value: ctx.get('Content-Type') }]);
   }
-  // Content codings are case-insensitive (RFC 9110 §8.4.1); the body parser knows only lower-case names.
+  const bytes = await readBody(ctx);
+  // Checked on the bytes: decoding first would turn a latin1 "café" into a stored "caf\uFFFD".
+  if (!isUtf8(bytes)) {
+    const offset = firstInvalidUtf8Byte(bytes);
+    const byte = `0x${bytes[offset]!.toString(16).toUpperCase().padStart(2, '0')}`;
+    throw badRequest(`request body is not valid UTF-8 (byte ${offset})`, [{ location: 'body', message: `must be UTF-8 (RFC 8259 §8.1): byte ${offset} (${byte}) is not part of a well-formed UTF-8 sequence` }]);
+  }
+  // A byte order mark is not JSON text, and RFC 8259 §8.1 lets parsers ignore it: it is skipped.
+  const text = bytes.toString('utf8', hasUtf8Bom(bytes) ? 3 : 0);
+  if (text === '') throw badRequest('request body is required');
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw badRequest(`malformed JSON: ${(error as Error).message}`);
+  }
+  checkJsonShape(value);
+  return value;
+}
+
+/**
+ * Bodies are read by koa-body (co-body, raw-body, inflation): at most 1 MiB after a gzip, deflate or br
+ * Content-Encoding is undone (names are case-insensitive, RFC 9110 §8.4.1), a client that leaves before the
+ * end noticed. It is asked for text in latin1, which maps every byte to one character, so the body's bytes
+ * come back exactly: co-body's UTF-8 decoding would turn invalid bytes into U+FFFD before anyone could see them.
+ */
+const readBodyText = koaBody({
+  json: false,
+  text: true,
+  textTypes: ['*/*'],
+  textLimit: BODY_LIMIT_BYTES,
+  encoding: 'latin1',
+  urlencoded: false,
+  multipart: false,
+  patchNode: false,
+  patchKoa: true,
+  parsedMethods: [HttpMethodEnum.POST, HttpMethodEnum.PUT, HttpMethodEnum.PATCH, HttpMethodEnum.DELETE],
+});
+const nothing = async () => undefined;
+
+/** The body's bytes, decompressed (see readBodyText). */
+async function readBody(ctx: Koa.Context): Promise<Buffer> {
   const encoding = ctx.req.headers['content-encoding'];
   if (encoding !== undefined) ctx.req.headers['content-encoding'] = encoding.toLowerCase();
   try {
-    await parseJsonBody(ctx, nothing);
+    await readBodyText(ctx, nothing);
   } catch (error) {
-    const { type, status, message } = error as { type?: string; status?: number; message?: string };
+    const { type, status } = error as { type?: string; status?: number };
     if (type === 'entity.too.large') throw badRequest(`request body exceeds ${BODY_LIMIT_BYTES} bytes`);
     if (type === 'request.aborted') throw new ProblemError(400, 'aborted', 'request body was not received completely');
     if (type === 'encoding.unsupported' || status === 415) {
-      throw badRequest('unsupported Content-Encoding', [{ location: 'header.Content-Encoding', message: 'must be gzip, deflate or identity', value: ctx.get('Content-Encoding') }]);
+      throw badRequest('unsupported Content-Encoding', [{ location: 'header.Content-Encoding', message: 'must be gzip, deflate, br or identity', value: ctx.get('Content-Encoding') }]);
     }
-    if (status === 400 && error instanceof SyntaxError) throw badRequest(`malformed JSON: ${message}`);
+    // Corrupt compressed data, or fewer or more bytes than Content-Length.
     throw badRequest('request body could not be read');
   }
-  const text = (ctx.request as { rawBody?: string }).rawBody;
-  if (text === undefined || text.trim() === '') throw badRequest('request body is required');
-  const depth = nestingDepth(ctx.request.body, MAX_JSON_DEPTH);
-  if (depth > MAX_JSON_DEPTH) {
-    throw badRequest(`JSON nested more than ${MAX_JSON_DEPTH} levels deep`, [{ location: 'body', message: `must be nested at most ${MAX_JSON_DEPTH} levels deep (arrays and objects)` }]);
-  }
-  return ctx.request.body;
+  const text = ctx.request.body;
+  return Buffer.from(typeof text === 'string' ? text : '', 'latin1');
 }
+
+/**
+ * Where `bytes` stop being UTF-8: the offset of the first byte that is not part of a well-formed sequence
+ * (Unicode Table 3-7: no overlong forms, no surrogates, nothing past U+10FFFF, nothing cut short), or -1.
+ * Only for the error message: isUtf8 (simdutf) answers whether there is one much faster.
+ */
+function firstInvalidUtf8Byte(bytes: Uint8Array): number {
+  let i = 0;
+  while (i < bytes.length) {
+    const lead = bytes[i]!;
+    if (lead < 0x80) {
+      i++;
+      continue;
+    }
+    // The sequence's length and the range its second byte must be in (the others are 0x80-0xBF).
+    let length: number;
+    let low = 0x80;
+    let high = 0xbf;
+    if (lead >= 0xc2 && lead <= 0xdf) length = 2;
+    else if (lead >= 0xe0 && lead <= 0xef) [length, low, high] = [3, lead === 0xe0 ? 0xa0 : 0x80, lead === 0xed ? 0x9f : 0xbf];
+    else if (lead >= 0xf0 && lead <= 0xf4) [length, low, high] = [4, lead === 0xf0 ? 0x90 : 0x80, lead === 0xf4 ? 0x8f : 0xbf];
+    else return i;
+    for (let k = 1; k < length; k++) {
+      const next = bytes[i + k];
+      if (next === undefined || next < (k === 1 ? low : 0x80) || next > (k === 1 ? high : 0xbf)) return i;
+    }
+    i += length;
+  }
+  return -1;
+}
+
+const hasUtf8Bom = (bytes: Uint8Array) => bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf;
 
 /**
  * How deeply bodies may nest arrays and objects. Deeper values are no one's data, and past it they break
@@ -276,17 +324,23 @@ export async function readJsonBody(ctx: Koa.Context, types: string[] = ['applica
  */
 export const MAX_JSON_DEPTH = 64;
 
-/** The nesting depth of a JSON value (a scalar is 0, `[]` is 1), counted without recursion and only up to `limit` + 1. */
-export function nestingDepth(value: unknown, limit: number): number {
-  let deepest = 0;
+/**
+ * Refuses a parsed body nested more than MAX_JSON_DEPTH levels deep (a scalar is 0, `[]` is 1), or holding a
+ * `__proto__` key at any depth: JSON.parse makes it an own property, which a later spread or merge turns into
+ * the object's prototype (prototype poisoning). One walk without recursion, stopping at the first problem.
+ */
+function checkJsonShape(value: unknown): void {
   const stack: Array<[unknown, number]> = [[value, 0]];
   while (stack.length > 0) {
     const [current, depth] = stack.pop()!;
     if (current === null || typeof current !== 'object') continue;
     const level = depth + 1;
-    if (level > deepest) deepest = level;
-    if (level > limit) return level;
+    if (level > MAX_JSON_DEPTH) {
+      throw badRequest(`JSON nested more than ${MAX_JSON_DEPTH} levels deep`, [{ location: 'body', message: `must be nested at most ${MAX_JSON_DEPTH} levels deep (arrays and objects)` }]);
+    }
+    if (!Array.isArray(current) && Object.hasOwn(current, '__proto__')) {
+      throw badRequest('JSON with a __proto__ key (prototype poisoning)', [{ location: 'body', message: 'must not have a __proto__ key, at any depth' }]);
+    }
     for (const child of Array.isArray(current) ? current : Object.values(current)) if (child !== null && typeof child === 'object') stack.push([child, level]);
   }
-  return deepest;
 }

@@ -1,4 +1,4 @@
-import { deflateSync, gzipSync } from 'node:zlib';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { request } from 'node:http';
 import t, { type Test } from 'tap';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
@@ -209,6 +209,7 @@ t.test('bodies: gzip and deflate, the 1 MiB limit after decompression, prototype
   t.equal((await send(app, 'POST', '/v1/memories', { body: deflateSync(body), headers: headers('deflate') })).status, 200, 'deflate body');
   t.equal((await send(app, 'POST', '/v1/memories', { body: gzipSync(body), headers: headers('GZip') })).status, 200, 'content codings are case-insensitive');
   t.equal((await send(app, 'POST', '/v1/memories', { body: deflateSync(body), headers: headers('DEFLATE') })).status, 200);
+  t.equal((await send(app, 'POST', '/v1/memories', { body: new Uint8Array(brotliCompressSync(body)), headers: headers('br') })).status, 200, 'br body');
   is400(t, await send(app, 'POST', '/v1/memories', { body, headers: headers('br-unknown') }), 'Content-Encoding', 'unknown encoding');
   is400(t, await send(app, 'POST', '/v1/memories', { body: Buffer.from(body), headers: headers('gzip') }), 'could not be read', 'not actually gzip');
 
@@ -223,6 +224,71 @@ t.test('bodies: gzip and deflate, the 1 MiB limit after decompression, prototype
   const json = { 'Content-Type': 'application/json' };
   is400(t, await send(app, 'POST', '/v1/memories', { body: `{"scope": ${JSON.stringify(scope)}, "text": "x", "__proto__": {"admin": true}}`, headers: json }), 'prototype', '__proto__ key');
   is400(t, await send(app, 'POST', '/v1/memories', { body: `{"scope": ${JSON.stringify(scope)}, "text": "x", "constructor": {"prototype": {"admin": true}}}`, headers: json }), 'constructor', 'constructor.prototype: an unknown field');
+});
+
+/** Ill-formed UTF-8 (Unicode Table 3-7), each placed inside a JSON string: the bytes and what they are. */
+const ILL_FORMED: Array<[string, number[]]> = [
+  ['latin1 "é" (0xE9)', [0xe9]],
+  ['a lone continuation byte', [0x80]],
+  ['0xC0 0xAF, an overlong "/"', [0xc0, 0xaf]],
+  ['0xE0 0x80 0xAF, an overlong "/"', [0xe0, 0x80, 0xaf]],
+  ['0xED 0xA0 0x80, the surrogate U+D800', [0xed, 0xa0, 0x80]],
+  ['0xF4 0x90 0x80 0x80, past U+10FFFF', [0xf4, 0x90, 0x80, 0x80]],
+  ['0xF0 0x9F 0x8D, an emoji cut short', [0xf0, 0x9f, 0x8d]],
+  ['0xFF', [0xff]],
+];
+
+t.test('bodies must be UTF-8 (RFC 8259 §8.1), also compressed: 400 naming body and the byte, nothing stored', async (t) => {
+  const utf8Scope = { agent: 'utf8', user: 'u' };
+  const json = { 'Content-Type': 'application/json' };
+  const head = `{"scope": ${JSON.stringify(utf8Scope)}, "text": "caf`;
+  const offset = bytes(head);
+  for (const [what, bad] of ILL_FORMED) {
+    const body = new Uint8Array(Buffer.concat([Buffer.from(head), Buffer.from(bad), Buffer.from('"}')]));
+    for (const [coding, wire] of [['identity', body], ['gzip', new Uint8Array(gzipSync(body))], ['deflate', new Uint8Array(deflateSync(body))]] as const) {
+      const res = await send(app, 'POST', '/v1/memories', { body: wire, headers: { ...json, 'Content-Encoding': coding } });
+      is400(t, res, 'body', `${what}, ${coding}`);
+      t.match(res.body, { type: /validation/, detail: new RegExp(`not valid UTF-8 \\(byte ${offset}\\)`), errors: [{ location: 'body', message: new RegExp(`UTF-8.*byte ${offset} \\(0x${bad[0]!.toString(16).toUpperCase()}\\)`) }] }, `${what}, ${coding}: the offset and the byte`);
+    }
+  }
+  // Cut short at the very end of the body, after a complete JSON value.
+  const valid = JSON.stringify({ scope: utf8Scope, text: 'cut' });
+  const cut = await send(app, 'POST', '/v1/memories', { body: new Uint8Array(Buffer.concat([Buffer.from(valid), Buffer.from([0xf0, 0x9f])])), headers: json });
+  is400(t, cut, 'not valid UTF-8', 'truncated at the end');
+  t.match(cut.body.errors, [{ location: 'body', message: new RegExp(`byte ${bytes(valid)} `) }]);
+  is400(t, await send(app, 'PUT', '/v1/personality', { body: new Uint8Array(Buffer.from(`{"scope": ${JSON.stringify(utf8Scope)}, "personality": "Caf\xe9"}`, 'latin1')), headers: json }), 'not valid UTF-8', 'PUT /v1/personality');
+
+  // Valid multi-byte UTF-8 (2, 3 and 4 bytes a character) is stored as sent, plain or compressed, and a
+  // 4-byte character split across two chunks of a chunked body is whole.
+  const texts = ['caf\u00e9', '\u65e5\u672c\u8a9e\u306e\u30e1\u30e2', 'tea \u{1F375} and \u{1F469}\u{1F3FD}\u200d\u{1F4BB}'];
+  for (const text of texts) {
+    const body = JSON.stringify({ scope: utf8Scope, text });
+    t.equal((await send(app, 'POST', '/v1/memories', { body, headers: json })).body.text, text, `${text}: stored as sent`);
+    t.equal((await send(app, 'POST', '/v1/memories', { body: new Uint8Array(gzipSync(body)), headers: { ...json, 'Content-Encoding': 'gzip' } })).body.text, text, `${text}: gzip`);
+  }
+  // A byte order mark before the JSON is skipped (RFC 8259 §8.1 lets parsers ignore it), compressed or not;
+  // anywhere else it is no JSON whitespace.
+  const withBom = Buffer.from(`\ufeff${JSON.stringify({ scope: utf8Scope, text: 'after a BOM' })}`);
+  t.equal((await send(app, 'POST', '/v1/memories', { body: new Uint8Array(withBom), headers: json })).body.text, 'after a BOM', 'BOM skipped');
+  t.equal((await send(app, 'POST', '/v1/memories', { body: new Uint8Array(gzipSync(withBom)), headers: { ...json, 'Content-Encoding': 'gzip' } })).body.text, 'after a BOM', 'BOM skipped after gzip');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: `\ufeff${withBom}`, headers: json }), 'malformed JSON', 'a second BOM');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: '\ufeff', headers: json }), 'required', 'a BOM alone is an empty body');
+  const split = Buffer.from(JSON.stringify({ scope: utf8Scope, text: 'split \u{1F375}' }));
+  const at = split.indexOf(Buffer.from('\u{1F375}')) + 2;
+  const chunked = await new Promise<{ status?: number; text: string; position: string }>((resolve, reject) => {
+    const req = request(`${app.memoryUrl}/v1/memories`, { method: 'POST', headers: json }, (res) => {
+      let text = '';
+      res.setEncoding('utf8').on('data', (c: string) => (text += c)).on('end', () => resolve({ status: res.statusCode, text, position: String(res.headers['x-event-position']) }));
+    }).on('error', reject);
+    req.write(split.subarray(0, at));
+    setImmediate(() => req.end(split.subarray(at)));
+  });
+  t.equal(chunked.status, 200, 'split across chunks');
+  t.equal(JSON.parse(chunked.text).text, 'split \u{1F375}');
+
+  // Only the valid texts were stored.
+  const exported = await send(app, 'GET', `/v1/export?agent=${utf8Scope.agent}&user=${utf8Scope.user}`, { headers: { 'X-Min-Position': chunked.position } });
+  t.same(exported.body.memories.map((m: { text: string }) => m.text).sort(), [...texts, 'after a BOM', 'split \u{1F375}'].sort(), 'nothing ill-formed was stored');
 });
 
 t.test('unknown route 404, wrong method 405 with Allow', async (t) => {

@@ -120,7 +120,7 @@ t.test('bodies: JSON only, 1 MiB, one value', async (t) => {
   t.equal((await raw('"x"', 'application/merge-patch+json')).status, 200, '+json types are JSON');
   const poisoned = await raw('{"theme": "dark", "__proto__": {"isAdmin": true}}');
   t.equal(poisoned.status, 400, 'a __proto__ key is refused, also inside a free-form value');
-  t.match(await poisoned.json(), { detail: /malformed JSON: .*prototype/ });
+  t.match(await poisoned.json(), { detail: /__proto__ key \(prototype poisoning\)/, errors: [{ location: 'body' }] });
   for (const value of [null, 0, false, 'scalar']) t.equal((await raw(JSON.stringify(value))).status, 200, `scalar ${JSON.stringify(value)}`);
   const gz = await app.platform(path('zipped'), { method: 'PUT', headers: { ...auth, 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' }, body: gzipSync(JSON.stringify({ a: [1, 2] })) });
   t.equal(gz.status, 200, 'gzip body');

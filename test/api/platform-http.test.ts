@@ -1,6 +1,7 @@
 import t from 'tap';
 import { validate as validateOpenApi } from '@readme/openapi-parser';
 import { connect } from 'node:net';
+import { deflateSync, gzipSync } from 'node:zlib';
 import { parse as parseYaml } from 'yaml';
 import { PROBLEM_TYPES } from '../../api/http/problem.js';
 import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
@@ -208,6 +209,35 @@ t.test('JSON bodies must be UTF-8: another declared charset is 400, not decoded 
   }
   const bom = await post('application/json', Buffer.from('\ufeff{"name":"With BOM"}', 'utf8'));
   t.equal(bom.status, 200, 'a UTF-8 byte order mark is ignored (RFC 8259 §8.1)');
+});
+
+t.test('JSON bodies must be UTF-8 whatever the charset says, also compressed: 400 naming body, nothing written', async (t) => {
+  const { key, projectId } = await projectWithKey(app, 'tenant-utf8');
+  const send = (method: string, path: string, body: Buffer, encoding = 'identity') =>
+    app.platform(path, { method, headers: { ...bearer(key), 'Content-Type': 'application/json', 'Content-Encoding': encoding }, body: new Uint8Array(body) });
+  const ill = (before: string, bad: number[], after: string) => Buffer.concat([Buffer.from(before), Buffer.from(bad), Buffer.from(after)]);
+  for (const [what, method, path, body, encoding] of [
+    ['latin1 name', 'POST', '/agents', Buffer.from('{"name":"Caf\xe9"}', 'latin1'), 'identity'],
+    ['surrogate in a gzip body', 'POST', '/agents', gzipSync(ill('{"name":"Caf', [0xed, 0xa0, 0x80], '"}')), 'gzip'],
+    ['cut short at the end', 'POST', '/agents', ill('{"name":"Cut"}', [0xe6, 0x97], ''), 'identity'],
+    ['0xFF in a config value', 'PUT', `/projects/${projectId}/config/broken`, ill('"caf', [0xff], '"'), 'identity'],
+    ['overlong in a deflate config value', 'PUT', `/projects/${projectId}/config/broken`, deflateSync(ill('{"a":"', [0xc0, 0xaf], '"}')), 'deflate'],
+  ] as const) {
+    const res = await send(method, path, body, encoding);
+    t.equal(res.status, 400, what);
+    t.equal(res.headers.get('content-type'), 'application/problem+json', `${what}: problem+json`);
+    t.match(await res.json(), { type: /validation/, detail: /not valid UTF-8 \(byte \d+\)/, errors: [{ location: 'body', message: /must be UTF-8/ }] }, what);
+  }
+  // Valid UTF-8 of 2, 3 and 4 bytes a character is kept as sent.
+  const name = 'Caf\u00e9 \u65e5\u672c \u{1F375}';
+  const value = { greeting: '\u3053\u3093\u306b\u3061\u306f \u{1F44B}' };
+  t.equal((await send('PUT', `/projects/${projectId}/config/greeting`, gzipSync(JSON.stringify(value)), 'gzip')).status, 200);
+  const created = await send('POST', '/agents', Buffer.from(JSON.stringify({ name })));
+  t.equal(created.status, 200);
+  t.equal(((await created.json()) as { name: string }).name, name, 'the name as sent');
+  const after = { ...bearer(key), 'X-Min-Position': created.headers.get('x-event-position')! };
+  t.same(await (await app.platform(`/projects/${projectId}/config`, { headers: after })).json(), { greeting: value }, 'only the valid config value was written');
+  t.same(((await (await app.platform('/agents', { headers: after })).json()) as Array<{ name: string }>).map((a) => a.name), [name], 'only the valid agent was created');
 });
 
 t.test('requests Node refuses before the app sees them still get problem+json', async (t) => {
