@@ -10,6 +10,8 @@ const NAME = /^[a-z][a-z0-9_]{0,62}$/;
 const FIELD = /^[A-Za-z_][A-Za-z0-9_.]{0,127}$/;
 const DUPLICATE_KEY = 11000;
 const NAMESPACE_EXISTS = 48;
+/** How many times a query runs while rebuilds keep swapping generations in under it (see `onLive`). */
+const READ_ATTEMPTS = 3;
 
 type Slot = 'live' | 'rebuild';
 
@@ -47,7 +49,8 @@ const VISIBLE = { _id: 0, _deleted: 0 } as const;
  *   the live one keeps serving, and the swap is one update of the live checkpoint;
  * - `_checkpoints` `{_id: "<projection>:<slot>", projection, slot, position, generation, updated_at}`
  *   and the `_collections` registry `{_id: name, projection, indexes}`;
- * - documents `{_id: id, ...doc, _position, _deleted}`; deletes leave an invisible tombstone.
+ * - documents `{_id: id, ...doc, _position, _deleted}`; deletes leave an invisible tombstone;
+ * - a query checks after reading that the generation it read is still live (see onLive).
  *
  * applyBatch writes documents and the checkpoint in one transaction when the deployment has them
  * (replica set or sharded cluster). On a standalone server it cannot: documents are written first,
@@ -59,6 +62,10 @@ export class MongoReadStore implements ReadStore {
   readonly kind = 'mongodb' as const;
   private readonly checkpoints: Collection<CheckpointDoc>;
   private readonly registry: Collection<RegistryDoc>;
+  /** collection → its projection: fixed by register(), so read from `_collections` once, not on every query and write. */
+  private readonly owners = new Map<string, string>();
+  /** projection → the live generation last seen: only the first guess of a query, which checks it afterwards (onLive). */
+  private readonly liveGenerations = new Map<string, number>();
 
   private constructor(
     private readonly client: MongoClient,
@@ -98,6 +105,7 @@ export class MongoReadStore implements ReadStore {
     ));
     for (const c of collections) {
       await this.registry.updateOne({ _id: c.name }, { $set: { projection, indexes: c.indexes ?? [] } }, { upsert: true });
+      this.owners.set(c.name, projection);
     }
     const live = (await this.slot(projection, 'live'))!;
     await this.createCollections(projection, live.generation);
@@ -233,29 +241,67 @@ export class MongoReadStore implements ReadStore {
   }
 
   private async projectionOf(collection: string, session?: ClientSession): Promise<string> {
+    const known = this.owners.get(collection);
+    if (known) return known;
     const doc = await this.registry.findOne({ _id: collection }, { session });
     if (!doc) throw new Error(`unknown collection ${collection}`);
+    this.owners.set(collection, doc.projection);
     return doc.projection;
   }
 
-  /** The live physical collection (resolved on every query: a rebuild in another process may have swapped it). */
-  private async liveCollection(collection: string): Promise<Collection<StoredDoc>> {
-    const projection = await this.projectionOf(collection);
+  /** The live generation as stored now: read on every query, since a rebuild in another process may have swapped one in. */
+  private async liveGeneration(projection: string, collection: string): Promise<number> {
     const live = await this.slot(projection, 'live');
     if (!live) throw new Error(`unknown collection ${collection}`);
-    return this.db.collection<StoredDoc>(physicalName(collection, live.generation));
+    this.liveGenerations.set(projection, live.generation);
+    return live.generation;
+  }
+
+  /**
+   * Runs `read` on the live generation of `collection`. A swap (finishRebuild, here or in another process)
+   * moves the live checkpoint and then drops the old generation; MongoDB answers a query on a dropped
+   * collection as on an empty one (or fails one the drop interrupts), so a query that picked the old
+   * generation just before would answer "not found" for a document that exists. Standalone servers have
+   * no snapshot to read the checkpoint and the documents in, so the live generation is read again after
+   * the query: if it is still the one queried, that one was live all along (generations only grow, and
+   * one is dropped only after it stopped being live) and the answer stands; if not, the query runs again
+   * on the new one. Trying the last generation seen first spares reading the checkpoint before as well:
+   * two round trips per query, three once after each swap.
+   */
+  private async onLive<T>(collection: string, read: (physical: Collection<StoredDoc>) => Promise<T>): Promise<T> {
+    const projection = await this.projectionOf(collection);
+    let generation = this.liveGenerations.get(projection) ?? await this.liveGeneration(projection, collection);
+    for (let attempt = 1; ; attempt++) {
+      const [answer] = await Promise.allSettled([read(this.db.collection<StoredDoc>(physicalName(collection, generation)))]);
+      const live = await this.liveGeneration(projection, collection);
+      if (live === generation) {
+        if (answer.status === 'rejected') throw answer.reason;
+        return answer.value;
+      }
+      if (attempt === READ_ATTEMPTS) {
+        throw new Error(`${collection}: the live generation changed during each of ${READ_ATTEMPTS} attempts of a query (rebuilds swapping in)`);
+      }
+      generation = live;
+    }
   }
 
   async get<T extends Doc>(collection: string, id: string): Promise<Stored<T> | undefined> {
-    return getFrom<T>(await this.liveCollection(collection), id);
+    return this.onLive(collection, (physical) => getFrom<T>(physical, id));
   }
 
+  /**
+   * Each page is a query of its own: `next_cursor` is the last item's sort key, not a server-side cursor,
+   * so a swap between two pages does not break paging; the next page continues from that key in the
+   * generation live then (documents the rebuild changed may show on both sides of the key or on neither,
+   * as with any write between pages). Within one page, a getMore on a collection dropped meanwhile fails
+   * and is retried like an empty answer.
+   */
   async find<T extends Doc>(collection: string, options: FindOptions = {}): Promise<Page<Stored<T>>> {
-    return findIn<T>(await this.liveCollection(collection), options);
+    return this.onLive(collection, (physical) => findIn<T>(physical, options));
   }
 
   async count(collection: string, where?: Where): Promise<number> {
-    return (await this.liveCollection(collection)).countDocuments(whereFilter(where));
+    return this.onLive(collection, (physical) => physical.countDocuments(whereFilter(where)));
   }
 
   async startRebuild(projection: string): Promise<CheckpointInfo> {

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { InvalidCursorError, type Doc, type FindOptions, type ProjectionWriter, type ReadStore } from '../../infra/readstore/port.js';
+import { putDocs, swapInThread, swapOn, type SwapSpec, type Swapper } from '../support/generation-swapper.js';
 
 /** What the contract needs to know about one adapter under test. */
 interface Subject {
@@ -14,6 +15,11 @@ interface Subject {
   atomicBatches: boolean;
   /** The physical tables/collections, as `<collection>@<generation>`, to see generations come and go. */
   physical(): Promise<string[]>;
+  /**
+   * Starts swapping rebuilt generations of `spec.projection` in on a second connection to the same data
+   * (file or database), running while the test reads on `store`.
+   */
+  swapper(spec: SwapSpec): Promise<Swapper>;
 }
 
 interface TeamDoc extends Doc {
@@ -323,6 +329,46 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.match(await store.finishRebuild('gamma'), { swapped: true, live: { position: 6, generation: 2 } });
     t.notOk('failure' in (await store.checkpoint('gamma')), 'the swapped-in generation starts without the old one\'s failure');
   });
+
+  // Last: its projection would show in the physical listings above.
+  await t.test('reads find a document that always exists while another connection keeps swapping generations in', async (t) => {
+    // More documents than a first batch of MongoDB (101): a whole-collection page takes a getMore too.
+    const spec: SwapSpec = { projection: 'swapped', collection: 'swapped_items', docs: 120 };
+    await store.register(spec.projection, [{ name: spec.collection, indexes: [['n']] }]);
+    t.equal(await apply(spec.projection, spec.docs, (w) => putDocs(w, spec)), true);
+    let generation = (await store.checkpoint(spec.projection)).generation;
+    const wrong: string[] = [];
+    let rounds = 0;
+    let during = 0;
+    // At least 3 s, and on a slow server until enough swaps have happened during reads (30 s at most).
+    const started = Date.now();
+    const enough = () => Date.now() - started >= (during >= 20 ? 3_000 : 30_000);
+    const swapper = await subject.swapper(spec);
+    try {
+      for (; !enough(); rounds++) {
+        try {
+          const got = await store.get<{ id: string; n: number }>(spec.collection, 'd7');
+          const one = await store.find<{ id: string; n: number }>(spec.collection, { where: { n: 3 }, limit: 5 });
+          const all = await store.find<{ id: string; n: number }>(spec.collection, { sort: { field: 'n', order: 'desc' }, limit: spec.docs });
+          const count = await store.count(spec.collection);
+          const answers = [got?.n, one.items.map((d) => d.id).join(), all.items.length, all.items[0]?.n, count];
+          const right = [7, 'd3', spec.docs, spec.docs - 1, spec.docs];
+          if (answers.join('|') !== right.join('|')) wrong.push(`answered ${answers.join('|')} instead of ${right.join('|')}`);
+        } catch (error) {
+          wrong.push(String(error));
+        }
+        // The reads of this round ran between the two checkpoint reads: did a swap happen during them?
+        const now = (await store.checkpoint(spec.projection)).generation;
+        if (now !== generation) during++;
+        generation = now;
+      }
+    } finally {
+      const swaps = await swapper.stop();
+      t.comment(`${swaps} swaps, ${rounds} rounds of reads, ${during} of them during a swap`);
+    }
+    t.ok(during >= 20, `swaps happened during ${during} rounds of reads`);
+    t.same([...new Set(wrong)], [], `no read missed (${wrong.length} of ${rounds} rounds did)`);
+  });
 }
 
 /** Ids in the adapters' order: the field (nulls first ascending, last descending), then id, same direction. */
@@ -351,6 +397,8 @@ t.test('embedded', async (t) => {
   await readStoreContract(t, async () => ({
     store: new EmbeddedReadStore(file),
     atomicBatches: true,
+    // In this thread a second connection could never get between the steps of a read: every call is synchronous.
+    swapper: (spec) => swapInThread(file, spec),
     async physical() {
       const db = new Database(file, { readonly: true });
       try {
@@ -400,6 +448,8 @@ if (mongodbUrl) {
           const names = await admin.db(dbName).listCollections({}, { nameOnly: true }).toArray();
           return names.flatMap((c) => /^(.+)__g(\d+)$/.exec(c.name)?.slice(1, 3).join('@') ?? []).sort();
         },
+        // Its calls are network I/O: the swaps of a second client in this thread run between the steps of a read.
+        swapper: async (spec) => swapOn(await MongoReadStore.connect(mongodbUrl, dbName), spec),
       };
     });
   });

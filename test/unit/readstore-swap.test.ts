@@ -1,10 +1,9 @@
-import { once } from 'node:events';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
-import { startWorker } from '../../infra/threads.js';
+import { putDocs, swapInThread } from '../support/generation-swapper.js';
 
 /**
  * Reads of the live generation while another connection swaps rebuilt generations in and drops the old
@@ -13,16 +12,13 @@ import { startWorker } from '../../infra/threads.js';
  */
 t.test('get, find and count never fail while another connection swaps generations', async (t) => {
   const file = join(mkdtempSync(join(tmpdir(), 'cairn-swap-')), 'readmodels.db');
-  const docs = 50;
+  const spec = { projection: 'p', collection: 'items', docs: 50 };
   const store = new EmbeddedReadStore(file, { checkpointer: false });
   t.teardown(() => store.close());
   await store.register('p', [{ name: 'items', indexes: [['n']] }]);
-  await store.applyBatch('p', { position: 0, generation: 1 }, docs, async (w) => {
-    for (let i = 0; i < docs; i++) await w.put('items', { id: `d${i}`, n: i }, i + 1);
-  });
+  await store.applyBatch('p', { position: 0, generation: 1 }, spec.docs, (w) => putDocs(w, spec));
 
-  const worker = startWorker(import.meta.url, '../support/generation-swapper', { file, docs });
-  await once(worker, 'message');
+  const swapper = await swapInThread(file, spec);
   const errors: string[] = [];
   let reads = 0;
   const deadline = Date.now() + 3_000;
@@ -31,15 +27,13 @@ t.test('get, find and count never fail while another connection swaps generation
       const got = await store.get<{ id: string; n: number }>('items', 'd7');
       const page = await store.find<{ id: string; n: number }>('items', { where: { n: 3 }, limit: 5 });
       const count = await store.count('items');
-      if (got?.n !== 7 || page.items.length !== 1 || count !== docs) errors.push(`wrong answer: ${got?.n} ${page.items.length} ${count}`);
+      if (got?.n !== 7 || page.items.length !== 1 || count !== spec.docs) errors.push(`wrong answer: ${got?.n} ${page.items.length} ${count}`);
     } catch (error) {
       errors.push((error as Error).message);
     }
     reads++;
   }
-  worker.postMessage('stop');
-  const [{ swaps }] = (await once(worker, 'message')) as [{ swaps: number }];
-  await worker.terminate();
+  const swaps = await swapper.stop();
   t.ok(swaps >= 20, `the other connection swapped ${swaps} generations in meanwhile`);
   t.ok(reads > 1000, `${reads} rounds of reads`);
   t.same([...new Set(errors)], [], `no read failed (${errors.length} of ${reads} did)`);
