@@ -5,6 +5,7 @@ import { SignJWT } from 'jose';
 import { startCairn, type Cairn } from '../../api/app.js';
 import { loadConfig } from '../../infra/config.js';
 import { createLogger, type Logger } from '../../infra/logger.js';
+import { OpenApiConformance } from './openapi-conformance.js';
 
 export const TEST_JWT_SECRET = 'test-secret-for-hs256-at-least-32-bytes!';
 
@@ -31,11 +32,23 @@ export async function startTestCairn(env: Record<string, string> = {}, options: 
     HOST: '127.0.0.1',
   });
   const cairn = await startCairn({ config, log: options.log ?? createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'), clock: options.clock });
-  const call = (base: string) => (path: string, init: RequestInit & { json?: unknown } = {}) => {
+  // Every response the tests receive through these helpers is checked against the OpenAPI document the
+  // service publishes (see openapi-conformance.ts): a response it does not describe fails the request.
+  const documents = new Map<string, Promise<OpenApiConformance>>();
+  const conform = async (base: string, method: string, url: string, res: Response) => {
+    if (process.env.CAIRN_OPENAPI_CHECK === '0' || new URL(url).pathname.startsWith('/docs/')) return;
+    let document = documents.get(base);
+    if (!document) documents.set(base, document = OpenApiConformance.load(base, base === cairn.memoryUrl ? 'memory' : 'platform'));
+    const violations = await (await document).violations(method, url, res);
+    if (violations.length > 0) throw new Error(`response not as the OpenAPI document describes it:\n${violations.join('\n')}`);
+  };
+  const call = (base: string) => async (path: string, init: RequestInit & { json?: unknown } = {}) => {
     const { json, ...rest } = init;
     const headers = new Headers(rest.headers);
     if (json !== undefined) headers.set('Content-Type', 'application/json');
-    return fetch(base + path, { ...rest, headers, body: json !== undefined ? JSON.stringify(json) : rest.body });
+    const res = await fetch(base + path, { ...rest, headers, body: json !== undefined ? JSON.stringify(json) : rest.body });
+    await conform(base, (rest.method ?? 'GET').toUpperCase(), base + path, res);
+    return res;
   };
   return {
     ...cairn,
