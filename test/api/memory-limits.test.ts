@@ -18,10 +18,11 @@ async function send(a: TestCairn, method: string, path: string, init: { json?: u
 }
 const post = (path: string, json: unknown) => send(app, 'POST', path, { json });
 
-/** Asserts a 400 problem+json whose errors (or detail) mention `where`. */
+/** Asserts a 400 problem+json of type `validation` whose errors (or detail) mention `where`. */
 function is400(t: Test, res: Awaited<ReturnType<typeof send>>, where: RegExp | string, what: string) {
   t.equal(res.status, 400, `${what}: 400`);
   t.match(res.headers.get('content-type'), /^application\/problem\+json/, `${what}: problem+json`);
+  t.equal(res.body?.type, 'https://cairn.dev/problems/validation', `${what}: a validation problem`);
   t.match(JSON.stringify(res.body), where, `${what}: names the problem`);
 }
 

@@ -164,6 +164,16 @@ t.test('facts per ingest at the edge: exactly 20 are all stored, of 21 the first
   t.equal(collapsed.body.facts[19].text, 'edge fact 19');
 });
 
+t.test('extracted facts at the text limit: 8,192 bytes are stored, 8,193 dropped', async (t) => {
+  const scope = freshScope();
+  const fact8192 = 'ü'.repeat(4096);
+  server.chat.push(facts(fact8192, `${fact8192}.`, 'The user sails'));
+  const res = await app.memory('POST', '/v1/ingest', { scope, text: 'a long fact' });
+  t.equal(res.status, 200, res.text);
+  t.same(res.body.facts.map((f: { text: string }) => f.text), [fact8192, 'The user sails'], 'the 8,192-byte fact is kept, the 8,193-byte one dropped');
+  t.same((await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`)).body.memories.map((m: { text: string }) => m.text), [fact8192, 'The user sails']);
+});
+
 t.test('ingest tolerates fenced or slightly malformed JSON from local models', async (t) => {
   const scope = freshScope();
   server.chat.push('```json\n{"facts": ["The user plays chess", "  ", {"fact": "The user is left-handed"},]}\n```');
@@ -255,6 +265,23 @@ t.test('provider failures: bounded retry on 429/5xx, then a generic 500', async 
   const down = await startApp({ LLM_BASE_URL: 'http://127.0.0.1:9/v1', LLM_MAX_RETRIES: '0' });
   t.teardown(() => down.stop());
   t.equal((await down.memory('POST', '/v1/ingest', { scope, text: 'chat' })).status, 500, 'unreachable provider');
+});
+
+t.test('provider replies are logged up to 2,000 characters', async (t) => {
+  const scope = freshScope();
+  const logged = async (body: string) => {
+    server.chat.push({ status: 400, raw: body });
+    const res = await app.memory('POST', '/v1/ingest', { scope, text: 'chat' });
+    t.equal(res.status, 500);
+    return app.logs.find((l) => l.request_id === res.body.instance && 'upstream_body' in l)?.upstream_body;
+  };
+  const atLimit = `A${'x'.repeat(1998)}Z`;
+  t.equal(await logged(atLimit), atLimit, '2,000 characters: logged whole');
+  t.equal(await logged(`${atLimit}!`), atLimit, '2,001 characters: the first 2,000');
+  server.chat.push(`Z${'y'.repeat(1999)}?`);
+  const unreadable = await app.memory('POST', '/v1/ingest', { scope, text: 'chat' });
+  t.equal(unreadable.status, 500);
+  t.equal(app.logs.find((l) => l.request_id === unreadable.body.instance && 'upstream_reply' in l)?.upstream_reply, `Z${'y'.repeat(1999)}`, 'an unreadable reply: the first 2,000 characters');
 });
 
 t.test('POST /v1/chat: one completion with personality and memories; stores neither query nor answer', async (t) => {

@@ -93,6 +93,10 @@ t.test('names are trimmed and NFC-normalised, and the limit and the lookup apply
   t.match(composed129.body, { errors: [{ location: 'body.name', message: /128/ }] });
   t.equal((await create({ name: 'e\u0301'.repeat(129) })).res.status, 400, 'one past it, decomposed');
   t.equal((await create({ name: ` ${'m'.repeat(128)} ` })).res.status, 200, '128 between spaces');
+  // U+1F8F written decomposed is four code points (Α, U+0314, U+0342, U+0345): 512 sent, 128 stored.
+  const widest = await create({ name: '\u0391\u0314\u0342\u0345'.repeat(128) });
+  t.equal(widest.res.status, 200, '128 characters of four code points each, as sent');
+  t.equal(widest.body.name, '\u1f8f'.repeat(128));
   const consistent = { ...bearer(a.key), 'X-Min-Position': created.position! };
   for (const asSent of [decomposed, decomposed.trim(), created.body.name]) {
     const got = await app.platform(`/agents/${encodeURIComponent(asSent)}`, { headers: consistent });
@@ -174,6 +178,34 @@ t.test('other fields', async (t) => {
   t.equal((await create({ name: 'Enough', speech_patterns: Array(100).fill('x') })).res.status, 200);
 });
 
+t.test('optional fields at their edges: exactly the limit passes, one past it is a 400 naming the field', async (t) => {
+  const url = (length: number) => `https://cdn.example/${'a'.repeat(length - 'https://cdn.example/'.length)}`;
+  const phrases = (count: number, length = 1) => Array<string>(count).fill('p'.repeat(length));
+  const edges: Array<[string, unknown, unknown, string]> = [
+    ['personality_prompt', 'p'.repeat(16_000), 'p'.repeat(16_001), 'body.personality_prompt'],
+    ['bio', 'b'.repeat(8_000), 'b'.repeat(8_001), 'body.bio'],
+    ['avatar_url', url(2_048), url(2_049), 'body.avatar_url'],
+    ['speech_patterns', phrases(1, 500), phrases(1, 501), 'body.speech_patterns.0'],
+    ['speech_patterns', phrases(1, 1), [''], 'body.speech_patterns.0'],
+    ['true_interests', phrases(100), phrases(101), 'body.true_interests'],
+    ['true_interests', phrases(1, 500), phrases(1, 501), 'body.true_interests.0'],
+    ['true_dislikes', phrases(100), phrases(101), 'body.true_dislikes'],
+    ['true_dislikes', phrases(1, 500), phrases(1, 501), 'body.true_dislikes.0'],
+  ];
+  for (const [i, [field, atLimit, past, location]] of edges.entries()) {
+    const ok = await create({ name: `Edge ${i}`, [field]: atLimit });
+    t.equal(ok.res.status, 200, `${field}: at the limit`);
+    t.same(ok.body[field], atLimit, `${field}: stored as sent`);
+    const refused = await create({ name: `Past ${i}`, [field]: past });
+    t.equal(refused.res.status, 400, `${field}: one past it`);
+    t.match(refused.body, { type: 'https://cairn.dev/problems/validation', errors: [{ location }] }, `${field}: a validation problem naming ${location}`);
+  }
+  for (const gender of ['male', 'female', 'non_binary']) t.equal((await create({ name: `Gender ${gender}`, gender })).body.gender, gender, `gender ${gender}`);
+  const other = await create({ name: 'Gender other', gender: 'nonbinary' });
+  t.equal(other.res.status, 400, 'a gender not among the three');
+  t.match(other.body, { type: 'https://cairn.dev/problems/validation', errors: [{ location: 'body.gender' }] });
+});
+
 t.test('Idempotency-Key', async (t) => {
   const headers = { 'Idempotency-Key': 'agent-create-000001' };
   const first = await create({ name: 'Once' }, a.key, headers);
@@ -219,6 +251,8 @@ t.test('a name held by a reservation whose agent never got created is taken over
   }], 'no_stream');
   const post = () => other.platform('/agents', { method: 'POST', headers: bearer(p.key), json: { name: 'Nova' } });
   t.equal((await post()).status, 409, 'a fresh reservation holds the name');
+  offset = 59_000;
+  t.equal((await post()).status, 409, 'and so does one just under a minute old');
   offset = 61_000;
   const taken = await post();
   t.equal(taken.status, 200, 'an abandoned one (over a minute old, no agent) does not');
@@ -283,6 +317,9 @@ t.test('GET /agents pages with limit and cursor (X-Next-Cursor), and without the
   t.same(walked, names, 'pages of 2 walk the whole list once');
 
   t.equal((await list('?limit=500')).status, 200, 'limit 500');
+  const one = await list('?limit=1');
+  t.same(one.body.map((x: { name: string }) => x.name), names.slice(0, 1), 'limit 1: one agent');
+  t.ok(one.next, 'and a cursor');
   for (const query of ['?limit=501', '?limit=0', '?limit=1.5', '?limit=x']) {
     const res = await list(query);
     t.equal(res.status, 400, query);

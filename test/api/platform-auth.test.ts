@@ -26,6 +26,13 @@ t.test('sessions: only valid, signed, unexpired tokens with a tenant', async (t)
   const skewed = await new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
     .setIssuedAt(inSeconds(30)).setExpirationTime(inSeconds(600)).sign(secret);
   t.equal((await list(skewed)).status, 200, 'an identity provider clock a little fast is tolerated');
+  // At most 60 s ahead, 2 s either side of the edge for the time the request takes.
+  const issuedIn = (s: number) => new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
+    .setIssuedAt(inSeconds(s)).setExpirationTime(inSeconds(600)).sign(secret);
+  t.equal((await list(await issuedIn(58))).status, 200, 'iat just under 60 s ahead');
+  const tooFar = await list(await issuedIn(62));
+  t.equal(tooFar.status, 401, 'iat just over 60 s ahead');
+  t.match(await tooFar.json(), { type: 'https://cairn.dev/problems/unauthorized', status: 401 });
   const notYet = await new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
     .setNotBefore(inSeconds(600)).setExpirationTime(inSeconds(900)).sign(secret);
   t.equal((await list(notYet)).status, 401, 'not valid before (nbf) a later time');
@@ -39,6 +46,9 @@ t.test('sessions: only valid, signed, unexpired tokens with a tenant', async (t)
     .setExpirationTime(inSeconds(lifetime)).sign(secret);
   t.equal((await list(await lastingFor(day))).status, 200, 'without iat: valid for the maximum age from now');
   t.equal((await list(await lastingFor(day + 120))).status, 401, 'without iat: valid for longer than the maximum age from now');
+  // The same 60 s allowance for a fast identity-provider clock as for iat, 2 s either side of its edge.
+  t.equal((await list(await lastingFor(day + 58))).status, 200, 'exp just under the maximum age and 60 s ahead');
+  t.equal((await list(await lastingFor(day + 62))).status, 401, 'exp just over the maximum age and 60 s ahead');
   const numericSub = await new SignJWT({ tenant_id: 'tenant-a', sub: 42 } as Record<string, unknown>).setProtectedHeader({ alg: 'HS256' }).setExpirationTime('5m').sign(secret);
   t.equal((await list(numericSub)).status, 401, 'sub of the wrong type');
   const noTenant = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('u').setExpirationTime('5m')
@@ -95,7 +105,9 @@ t.test('API keys: shape, shown once, stored as a hash, scoped, revocable, expiri
   t.equal(expiring.status, 200);
   const short = (await expiring.json()) as { key: string };
   t.equal((await app.platform('/agents', { headers: bearer(short.key) })).status, 200);
-  now += 3600_000;
+  now += 3599_999;
+  t.equal((await app.platform('/agents', { headers: bearer(short.key) })).status, 200, 'a millisecond before expires_at it still works');
+  now += 1;
   const expired = await app.platform('/agents', { headers: bearer(short.key) });
   t.equal(expired.status, 401, 'a key stops working the moment it expires');
   t.match(await expired.json(), { detail: /expired/ });
@@ -252,6 +264,28 @@ t.test('key creation: names of 1-100 characters, not blank; omitted is "default"
   t.match(await (await create({ name: 'x'.repeat(100) })).json(), { name: 'x'.repeat(100) });
   t.match(await (await create({ name: '  ci  ' })).json(), { name: 'ci' }, 'trimmed');
   t.match(await (await create({})).json(), { name: 'default' });
+});
+
+t.test('key creation: expires_at at least a millisecond ahead; scopes 1-6 distinct ones', async (t) => {
+  const { projectId, session } = await projectWithKey(app, 'tenant-key-edges');
+  const create = (json: Record<string, unknown>) => app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json });
+  const refused = async (res: Response, location: string, what: string) => {
+    t.equal(res.status, 400, what);
+    t.match(await res.json(), { type: 'https://cairn.dev/problems/validation', errors: [{ location }] }, `${what}: names ${location}`);
+  };
+  const soon = await create({ expires_at: new Date(now + 1).toISOString() });
+  t.equal(soon.status, 200, 'expires_at a millisecond ahead');
+  t.equal(((await soon.json()) as { expires_at: string }).expires_at, new Date(now + 1).toISOString());
+  await refused(await create({ expires_at: new Date(now).toISOString() }), 'body.expires_at', 'expires_at now');
+
+  const all = ['*', 'agents:read', 'agents:write', 'config:read', 'config:write', 'projects:read'];
+  const every = await create({ scopes: all });
+  t.equal(every.status, 200, 'all six scopes');
+  t.same(((await every.json()) as { scopes: string[] }).scopes, all);
+  t.equal((await create({ scopes: ['config:read'] })).status, 200, 'one scope');
+  await refused(await create({ scopes: [] }), 'body.scopes', 'no scope');
+  await refused(await create({ scopes: [...all, 'config:read'] }), 'body.scopes', 'seven: one repeated');
+  await refused(await create({ scopes: ['config:read', 'config:read'] }), 'body.scopes', 'a scope twice');
 });
 
 t.test('key creation: a repeat with the same Idempotency-Key is 409, and a slow read model never loses the secret', async (t) => {
