@@ -1,5 +1,6 @@
 import Router, { type RouterMiddleware } from '@koa/router';
 import { isUtf8 } from 'node:buffer';
+import type { IncomingMessage } from 'node:http';
 import type Koa from 'koa';
 import { HttpMethodEnum, koaBody } from 'koa-body';
 import type { Static, TSchema } from 'typebox';
@@ -248,7 +249,7 @@ export async function readJsonBody(ctx: Koa.Context, types: string[] = ['applica
 /**
  * Bodies are read by koa-body (co-body, raw-body, inflation): at most 1 MiB after a gzip, deflate or br
  * Content-Encoding is undone (names are case-insensitive, RFC 9110 §8.4.1), a client that leaves before the
- * end noticed. It is asked for text in latin1, which maps every byte to one character, so the body's bytes
+ * end noticed (see failOnAbort). It is asked for text in latin1, which maps every byte to one character, so the body's bytes
  * come back exactly: co-body's UTF-8 decoding would turn invalid bytes into U+FFFD before anyone could see them.
  */
 const readBodyText = koaBody({
@@ -270,7 +271,7 @@ async function readBody(ctx: Koa.Context): Promise<Buffer> {
   const encoding = ctx.req.headers['content-encoding'];
   if (encoding !== undefined) ctx.req.headers['content-encoding'] = encoding.toLowerCase();
   try {
-    await readBodyText(ctx, nothing);
+    await failOnAbort(ctx.req, readBodyText(ctx, nothing));
   } catch (error) {
     const { type, status } = error as { type?: string; status?: number };
     if (type === 'entity.too.large') throw badRequest(`request body exceeds ${BODY_LIMIT_BYTES} bytes`);
@@ -283,6 +284,31 @@ async function readBody(ctx: Koa.Context): Promise<Buffer> {
   }
   const text = ctx.request.body;
   return Buffer.from(typeof text === 'string' ? text : '', 'latin1');
+}
+
+/**
+ * Waits for `reading`, but fails it as raw-body fails an uncompressed body whose client leaves before its end
+ * (type 'request.aborted') once the request closes incomplete. raw-body notices a client leaving by the
+ * request's 'aborted' event; a compressed body, though, is read from the decompressor inflation pipes the
+ * request into, which a request cut short neither ends nor fails: the read would wait for ever, and the
+ * request would never finish or be logged. The read left behind is reachable only from the request, and is
+ * collected with it.
+ */
+async function failOnAbort(req: IncomingMessage, reading: Promise<unknown>): Promise<void> {
+  let aborted!: () => void;
+  const closed = new Promise<never>((_, reject) => {
+    aborted = () => {
+      if (!req.complete) reject(Object.assign(new Error('request aborted'), { type: 'request.aborted' }));
+    };
+  });
+  // A client can leave while the request is authenticated, before its body is asked for.
+  if (req.destroyed) aborted();
+  else req.once('close', aborted);
+  try {
+    await Promise.race([reading, closed]);
+  } finally {
+    req.off('close', aborted);
+  }
 }
 
 /**

@@ -1,10 +1,9 @@
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import type { IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
-import { Writable } from 'node:stream';
-import { pino } from 'pino';
 import t from 'tap';
 import { projectWithKey, startTestCairn, type TestCairn } from '../support/cairn.js';
+import { capturingLogger, until } from '../support/logs.js';
 
 /**
  * Consistency waits (X-Min-Position / min_position) end when their client hangs up: a client that sends
@@ -15,13 +14,6 @@ import { projectWithKey, startTestCairn, type TestCairn } from '../support/cairn
 const FAR = '9999999999999';
 const TIMEOUT_MS = 60_000;
 const N = 120;
-
-/** Log lines the server writes, parsed. */
-function capturingLogger() {
-  const lines: Array<Record<string, any>> = [];
-  const sink = new Writable({ write(chunk, _encoding, done) { for (const l of String(chunk).split('\n')) if (l) lines.push(JSON.parse(l)); done(); } });
-  return { lines, log: pino({ level: 'info' }, sink) };
-}
 
 /** A raw HTTP/1.1 request on its own connection, left waiting for its answer. */
 function send(url: string, request: string): Promise<{ socket: Socket; received: Buffer[] }> {
@@ -35,14 +27,6 @@ function send(url: string, request: string): Promise<{ socket: Socket; received:
     socket.on('data', (chunk) => received.push(chunk));
     socket.once('error', reject);
   });
-}
-
-async function until(what: string, condition: () => boolean, ms = 5_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
 }
 
 const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
