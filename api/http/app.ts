@@ -80,7 +80,9 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     const started = performance.now();
     const given = ctx.get('X-Request-Id');
     const requestId = given && REQUEST_ID.test(given) ? given : randomUUID();
-    const idempotencyKey = ctx.get('Idempotency-Key');
+    // Absent is no key; sent empty is a malformed one (a client that meant to send a key must not get creates repeated).
+    const sentKey = ctx.req.headers['idempotency-key'] === undefined ? undefined : ctx.get('Idempotency-Key');
+    const idempotencyKey = sentKey ?? '';
     ctx.set('X-Request-Id', requestId);
     // The request's logger is made when something logs (most requests at LOG_LEVEL=warn log nothing).
     let child: Logger | undefined;
@@ -103,7 +105,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       if (!decodable(ctx.path)) {
         throw badRequest('malformed percent-encoding in the path', [{ location: 'path', message: 'invalid percent-encoding: escapes must encode UTF-8 and a literal % is written %25', value: ctx.path.slice(0, 256) }]);
       }
-      if (idempotencyKey && !IDEMPOTENCY_KEY.test(idempotencyKey)) {
+      if (sentKey !== undefined && !IDEMPOTENCY_KEY.test(sentKey)) {
         throw badRequest('invalid Idempotency-Key', [{ location: 'header.Idempotency-Key', message: 'must be 1-255 visible ASCII characters' }]);
       }
       await next();

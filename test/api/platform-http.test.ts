@@ -163,7 +163,7 @@ t.test('documented headers match what the server accepts', async (t) => {
   const doc = (await (await app.platform('/docs/openapi.json')).json()) as any;
   const header = (name: string) => new RegExp(doc.paths['/api/v1/agents'].post.parameters.find((p: { name: string }) => p.name === name).schema.pattern);
   const idempotency = header('Idempotency-Key');
-  for (const value of ['k', 'k'.repeat(255), 'k'.repeat(256), 'has space', 'ok-key:1']) {
+  for (const value of ['', 'k', 'k'.repeat(255), 'k'.repeat(256), 'has space', 'ok-key:1']) {
     const res = await app.platform('/agents', { method: 'POST', headers: { ...bearer(key), 'Idempotency-Key': value }, json: { name: `Idem ${value.slice(0, 20)}` } });
     t.equal(res.status === 200, idempotency.test(value), `Idempotency-Key ${JSON.stringify(value.slice(0, 20))} (${value.length}): ${res.status}, as documented`);
   }
