@@ -70,21 +70,33 @@ export function threadState(running: boolean, heardAt: number, now: number): Thr
   return now - heardAt > HEARTBEAT_TIMEOUT_MS ? 'unresponsive' : 'running';
 }
 
-/** The lag of a projection at `position`, counted up to `limit` events. */
-export async function lagOf(events: Pick<EventStore, 'countAfter'>, position: number, head: number, limit: number): Promise<{ lag: number; lag_at_least?: true }> {
-  const lag = position >= head ? 0 : await events.countAfter(position, limit);
+/** A bound on one store call: the time left of the probe making it. */
+export interface Bound { timeoutMs?: number }
+
+/** The lag of a projection at `position`, counted up to `limit` events (within `bound`, if given). */
+export async function lagOf(
+  events: Pick<EventStore, 'countAfter'>, position: number, head: number, limit: number, bound?: Bound,
+): Promise<{ lag: number; lag_at_least?: true }> {
+  const lag = position >= head ? 0 : await events.countAfter(position, limit, bound);
   return lag >= limit ? { lag, lag_at_least: true } : { lag };
 }
 
 type Probed<T> = { state: 'ok'; value: T } | { state: Exclude<StoreState, 'ok'>; reason: string };
 
-/** Runs one store's probe, bounded by STORE_PROBE_TIMEOUT_MS: a failure or no answer in time is a reason naming the store. */
-async function probeStore<T>(store: string, probe: () => Promise<T>): Promise<Probed<T>> {
+/**
+ * Runs one store's probe, bounded by STORE_PROBE_TIMEOUT_MS: a failure or no answer in time is a reason naming the store.
+ * `probe` gets the time left, to pass on to each store call: the stores' clients then end their queries with the probe,
+ * instead of leaving them running (for the driver's own timeouts, 30 s on MongoDB) while later probes add more.
+ */
+async function probeStore<T>(store: string, probe: (left: () => Bound) => Promise<T>): Promise<Probed<T>> {
+  const end = performance.now() + STORE_PROBE_TIMEOUT_MS;
+  // Rounded up and started after the probe's own timer: a store giving up reports no sooner than the probe does.
+  const left = (): Bound => ({ timeoutMs: Math.max(1, Math.ceil(end - performance.now())) });
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<Probed<T>>((resolve) => {
     timer = setTimeout(() => resolve({ state: 'timeout', reason: `the ${store} did not answer within ${STORE_PROBE_TIMEOUT_MS} ms` }), STORE_PROBE_TIMEOUT_MS);
   });
-  const answered = (async (): Promise<Probed<T>> => ({ state: 'ok', value: await probe() }))()
+  const answered = (async (): Promise<Probed<T>> => ({ state: 'ok', value: await probe(left) }))()
     .catch((error: unknown): Probed<T> => ({ state: 'error', reason: `the ${store} failed: ${describeError(error)}` }));
   try {
     return await Promise.race([answered, timedOut]);
@@ -111,11 +123,12 @@ export async function readiness(
   // head is reported even if counting a lag then fails.
   const known: { head: number | null } = { head: null };
   const [events, reads] = await Promise.all([
-    probeStore('event store', async () => {
-      const head = known.head = await stores.events.headPosition();
-      return Promise.all(projections.map((p) => lagOf(stores.events, p.position, head, limit)));
+    probeStore('event store', async (left) => {
+      const head = known.head = await stores.events.headPosition(left());
+      const bound = left();
+      return Promise.all(projections.map((p) => lagOf(stores.events, p.position, head, limit, bound)));
     }),
-    probeStore('read store', () => stores.reads.listCheckpoints()),
+    probeStore('read store', (left) => stores.reads.listCheckpoints(left())),
   ]);
   const rows = projections.map((p, i): ProjectionReadiness => {
     const lag: Pick<ProjectionReadiness, 'lag' | 'lag_at_least'> = events.state === 'ok' ? events.value[i]! : { lag: null };

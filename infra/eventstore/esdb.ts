@@ -4,7 +4,7 @@ import {
 } from '@eventstore/db-client';
 import type {
   AllStreamRecordedEvent, AllStreamResolvedEvent, AllStreamSubscription, AppendExpectedRevision, Filter, JSONType, Position,
-  RecordedEvent as EsdbRecordedEvent, ReadPosition,
+  RecordedEvent as EsdbRecordedEvent, ReadPosition, StreamingRead,
 } from '@eventstore/db-client';
 import { DuplicateEventIdError, WrongExpectedVersionError } from './errors.js';
 import { matchesFilter } from './port.js';
@@ -170,12 +170,17 @@ export class EsdbEventStore implements EventStore {
    * are found or the end of the log is reached.
    */
   async readAll(fromPosition: number, options: { limit?: number; filter?: SubscriptionFilter } = {}): Promise<RecordedEvent[]> {
+    return this.readAllUntil(fromPosition, options);
+  }
+
+  /** readAll, its reads cancelled when `signal` aborts (see headPosition). */
+  private async readAllUntil(fromPosition: number, options: { limit?: number; filter?: SubscriptionFilter }, signal?: AbortSignal): Promise<RecordedEvent[]> {
     const limit = options.limit ?? 1000;
     const found: RecordedEvent[] = [];
     let after = fromPosition;
     while (found.length < limit) {
       const pageSize = Math.min(Math.max(limit - found.length + 1, 64), 4096);
-      const page = await drain(this.client.readAll({ fromPosition: esdbPosition(after), maxCount: pageSize, direction: FORWARDS }));
+      const page = await drain(this.client.readAll({ fromPosition: esdbPosition(after), maxCount: pageSize, direction: FORWARDS }), signal);
       for (const { event } of page) {
         if (!event) continue;
         const position = toPosition(event.position);
@@ -235,11 +240,19 @@ export class EsdbEventStore implements EventStore {
     }
   }
 
-  /** The last non-system event of $all, read backwards page by page (system events may follow ours). */
-  async headPosition(): Promise<number> {
+  /**
+   * The last non-system event of $all, read backwards page by page (system events may follow ours).
+   *
+   * `bound.timeoutMs` (the readiness probe; also countAfter's) cancels the reads after that long and rejects with
+   * a TimeoutError. The client's per-call `deadline` option cannot: it opens every read as a gRPC stream with
+   * no deadline (its readAll passes `deadline: Infinity` over the option), so a read waits as long as the server
+   * hangs, or as a connection that was accepted but never completes its HTTP/2 handshake stays open.
+   */
+  async headPosition(bound: { timeoutMs?: number } = {}): Promise<number> {
+    const signal = abortAfter(bound.timeoutMs);
     let from: ReadPosition = END;
     for (;;) {
-      const page: AllStreamResolvedEvent[] = await drain(this.client.readAll({ fromPosition: from, maxCount: 64, direction: BACKWARDS }));
+      const page: AllStreamResolvedEvent[] = await drain(this.client.readAll({ fromPosition: from, maxCount: 64, direction: BACKWARDS }), signal);
       const events = page.flatMap((resolved) => (resolved.event ? [resolved.event] : []));
       const found = events.find((event) => !isSystem(event));
       if (found) return toPosition(found.position);
@@ -249,11 +262,12 @@ export class EsdbEventStore implements EventStore {
     }
   }
 
-  /** Counts by reading: positions here are byte offsets of the transaction file, not event numbers. */
-  async countAfter(position: number, max: number): Promise<number> {
+  /** Counts by reading: positions here are byte offsets of the transaction file, not event numbers. `bound`: see headPosition. */
+  async countAfter(position: number, max: number, bound: { timeoutMs?: number } = {}): Promise<number> {
+    const signal = abortAfter(bound.timeoutMs);
     let count = 0;
     for (let after = position; count < max;) {
-      const page = await this.readAll(after, { limit: Math.min(4096, max - count) });
+      const page = await this.readAllUntil(after, { limit: Math.min(4096, max - count) }, signal);
       count += page.length;
       if (page.length === 0) break;
       after = page[page.length - 1]!.position;
@@ -348,18 +362,33 @@ function serverFilter(filter?: SubscriptionFilter): Filter {
   return excludeSystemEvents();
 }
 
+function abortAfter(timeoutMs: number | undefined): AbortSignal | undefined {
+  return timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs);
+}
+
 /**
- * Reads a client read stream to its end. Loops over reads never stop early: leaving a `for await`
- * destroys the client's stream but not the gRPC call piped into it, which would stay open.
+ * Reads a client read stream to its end, or until `signal` aborts. Loops over reads never stop early:
+ * leaving a `for await` destroys the client's stream but not the gRPC call piped into it, which would
+ * stay open; so an abort cancels the call, and destroys the stream with the signal's reason to end the loop.
  */
-async function drain<T>(reading: AsyncIterable<T>): Promise<T[]> {
+async function drain<T>(reading: StreamingRead<T>, signal?: AbortSignal): Promise<T[]> {
+  const stop = () => {
+    reading.cancel().catch(() => undefined);
+    reading.destroy(signal?.reason instanceof Error ? signal.reason : new Error('read aborted'));
+  };
+  if (signal?.aborted) stop();
+  else signal?.addEventListener('abort', stop, { once: true });
   const items: T[] = [];
-  for await (const item of reading) items.push(item);
-  return items;
+  try {
+    for await (const item of reading) items.push(item);
+    return items;
+  } finally {
+    signal?.removeEventListener('abort', stop);
+  }
 }
 
 /** drain() for a stream read: a stream that does not exist reads as empty. */
-async function drainStream<T>(reading: AsyncIterable<T>): Promise<T[]> {
+async function drainStream<T>(reading: StreamingRead<T>): Promise<T[]> {
   try {
     return await drain(reading);
   } catch (error) {

@@ -109,13 +109,17 @@ export interface EventStore {
    * matching event up to it has been yielded, so a consumer can count events it never sees as passed.
    */
   subscribeToAll(fromPosition: number, options?: SubscribeOptions): AsyncIterable<RecordedEvent>;
-  /** The position of the last event in the log (0 when empty). */
-  headPosition(): Promise<number>;
+  /**
+   * The position of the last event in the log (0 when empty). `bound.timeoutMs` (the readiness probe; also on
+   * countAfter) makes a store that waits on the network (EventStoreDB) give up after that long, rejecting, with
+   * its reads cancelled; the embedded log answers from its file at once and ignores it.
+   */
+  headPosition(bound?: { timeoutMs?: number }): Promise<number>;
   /**
    * How many events follow `position` in the global log, counting at most `max` (a projection's lag in
    * events: positions are dense on the embedded log, but byte offsets on EventStoreDB).
    */
-  countAfter(position: number, max: number): Promise<number>;
+  countAfter(position: number, max: number, bound?: { timeoutMs?: number }): Promise<number>;
   listStreams(options?: { prefix?: string; limit?: number; after?: string }): Promise<StreamInfo[]>;
   streamInfo(stream: string): Promise<StreamInfo | undefined>;
   close(): Promise<void>;

@@ -12,6 +12,8 @@ const DUPLICATE_KEY = 11000;
 const NAMESPACE_EXISTS = 48;
 /** How many times a query runs while rebuilds keep swapping generations in under it (see `onLive`). */
 const READ_ATTEMPTS = 3;
+/** How many times startRebuild and finishRebuild try again while other rebuilds keep taking the rebuild slot first. */
+const SLOT_ATTEMPTS = 10;
 
 type Slot = 'live' | 'rebuild';
 
@@ -25,6 +27,11 @@ interface CheckpointDoc {
   updated_at: string | null;
   /** Live slot only, while its runner reports the projection failing. */
   failure?: ProjectionFailure;
+  /**
+   * Rebuild slot only: set by finishRebuild before it swaps this generation in. A startRebuild taking the slot
+   * from a marked generation leaves its collections alone: it may be live already, or about to be.
+   */
+  swapping?: true;
 }
 
 interface RegistryDoc {
@@ -146,8 +153,18 @@ export class MongoReadStore implements ReadStore {
     return (await this.slot(projection, 'live')) ?? { projection, position: 0, generation: 1, updated_at: null };
   }
 
-  async listCheckpoints(): Promise<CheckpointInfo[]> {
-    const docs = await this.checkpoints.find({ slot: 'live' }).sort({ projection: 1 }).toArray();
+  /**
+   * `timeoutMs` bounds both ends: `maxTimeMS` makes the server end the query, and an abort signal makes the
+   * driver stop waiting for a server to select (30 s, serverSelectionTimeoutMS, while MongoDB is unreachable),
+   * for a pooled connection or for the reply (closing that connection). The driver takes the signal's
+   * TimeoutError for one of its own timeouts: it rejects with MongoServerSelectionError (no server in time) or
+   * MongoOperationTimeoutError (no reply in time). Its per-operation timeout (`timeoutMS`, CSOT) would cover all
+   * of it, but driver 7.9 ignores that option (deprecated: "has no effect").
+   */
+  async listCheckpoints(options: { timeoutMs?: number } = {}): Promise<CheckpointInfo[]> {
+    const { timeoutMs } = options;
+    const bound = timeoutMs === undefined ? {} : { maxTimeMS: timeoutMs, signal: AbortSignal.timeout(timeoutMs) };
+    const docs = await this.checkpoints.find({ slot: 'live' }, bound).sort({ projection: 1 }).toArray();
     return docs.map(toCheckpoint);
   }
 
@@ -304,21 +321,61 @@ export class MongoReadStore implements ReadStore {
     return this.onLive(collection, (physical) => physical.countDocuments(whereFilter(where)));
   }
 
+  /**
+   * The next generation is claimed first, in one conditional write of the rebuild slot (see claimRebuild), and
+   * claimed again with the generation after it when another start took the slot first: starts running at once
+   * get distinct generations, and the later one supersedes the earlier, as on the embedded store (whose
+   * rebuild batches are then refused). Collections are dropped and created only after the claim, and only
+   * for generations this call owns: the one it superseded and its own.
+   */
   async startRebuild(projection: string): Promise<CheckpointInfo> {
-    const live = await this.slot(projection, 'live');
-    if (!live) throw new Error(`unknown projection ${projection}`);
-    const previous = await this.slot(projection, 'rebuild');
-    if (previous && previous.generation !== live.generation) await this.dropCollections(projection, previous.generation);
-    const generation = Math.max(live.generation, previous?.generation ?? 0) + 1;
-    // Leftovers of a start that crashed before recording its generation would otherwise be reused.
-    await this.dropCollections(projection, generation);
-    await this.checkpoints.updateOne(
-      { _id: slotId(projection, 'rebuild') },
-      { $set: { projection, slot: 'rebuild', position: 0, generation, updated_at: new Date().toISOString() } },
-      { upsert: true },
-    );
-    await this.createCollections(projection, generation);
-    return (await this.slot(projection, 'rebuild'))!;
+    for (let attempt = 1; ; attempt++) {
+      // The slot first: a swap moves the live checkpoint to the slot's generation before it empties the slot,
+      // so an empty slot is never read with the live checkpoint from before (whose next number is the one swapped in).
+      const previous = await this.slot(projection, 'rebuild');
+      const live = await this.slot(projection, 'live');
+      if (!live) throw new Error(`unknown projection ${projection}`);
+      const generation = Math.max(live.generation, previous?.generation ?? 0) + 1;
+      const claim = { projection, slot: 'rebuild' as const, position: 0, generation, updated_at: new Date().toISOString() };
+      const claimed = await this.claimRebuild(projection, previous?.generation, claim);
+      if (claimed) {
+        // Dropped unless a swap marked it, or left it in the slot when interrupted after its update: then it may be live.
+        const { superseded } = claimed;
+        if (superseded && !superseded.swapping && superseded.generation !== live.generation) {
+          await this.dropCollections(projection, superseded.generation);
+        }
+        // Leftovers of this number: it is handed out again after a rebuild of it was abandoned (the slot then is empty).
+        await this.dropCollections(projection, generation);
+        await this.createCollections(projection, generation);
+        // A later start that superseded this one meanwhile may have dropped its collections before they were created.
+        if ((await this.slot(projection, 'rebuild'))?.generation !== generation && (await this.slot(projection, 'live'))?.generation !== generation) {
+          await this.dropCollections(projection, generation);
+        }
+        return toCheckpoint({ _id: slotId(projection, 'rebuild'), ...claim });
+      }
+      if (attempt === SLOT_ATTEMPTS) throw new Error(`other rebuilds of ${projection} took the rebuild slot first ${SLOT_ATTEMPTS} times in a row`);
+    }
+  }
+
+  /**
+   * Takes the rebuild slot for `claim` if it still holds generation `from` (undefined: if it is empty), in one
+   * write: a replace conditioned on that generation, or an insert that fails on the slot's `_id` if another
+   * start inserted first. Null when another call took the slot first; otherwise the slot it superseded, as it
+   * was at that moment (its `swapping` mark included).
+   */
+  private async claimRebuild(projection: string, from: number | undefined, claim: Omit<CheckpointDoc, '_id'>): Promise<{ superseded: CheckpointDoc | null } | null> {
+    const _id = slotId(projection, 'rebuild');
+    if (from === undefined) {
+      try {
+        await this.checkpoints.insertOne({ _id, ...claim });
+        return { superseded: null };
+      } catch (error) {
+        if (isDuplicateKey(error)) return null;
+        throw error;
+      }
+    }
+    const superseded = await this.checkpoints.findOneAndReplace({ _id, generation: from }, claim, { returnDocument: 'before' });
+    return superseded ? { superseded } : null;
   }
 
   async rebuildCheckpoint(projection: string): Promise<CheckpointInfo | undefined> {
@@ -329,28 +386,45 @@ export class MongoReadStore implements ReadStore {
    * The swap is the single update of the live checkpoint (position and generation together): queries
    * resolve the live generation from it, and a live batch still expecting the old generation no longer
    * matches it. The old generation is dropped afterwards (collection drops cannot run in a transaction).
+   *
+   * Before it, the rebuild slot is marked `swapping`, conditioned on still holding the generation read: a
+   * startRebuild superseding that generation either came first (the mark fails, and the finish starts over
+   * with the slot as that start left it, as on the embedded store) or sees the mark and does not drop it.
+   * (A generation left marked by a swap that then did not happen, the live runner having moved past it in
+   * between, and superseded before it is finished keeps its collections: left behind rather than risk dropping
+   * a live one.)
    */
   async finishRebuild(projection: string): Promise<{ swapped: boolean; live: CheckpointInfo }> {
-    const rebuilt = await this.slot(projection, 'rebuild');
-    const live = await this.slot(projection, 'live');
-    if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
-    if (rebuilt.generation !== live.generation) {
-      // The live runner's batches move this document with a guarded update too: whichever comes second
-      // finds it changed. A live checkpoint past the rebuilt one means: catch up first.
-      const swapped = await this.checkpoints.updateOne(
-        { _id: slotId(projection, 'live'), generation: live.generation, position: { $lte: rebuilt.position } },
-        { $set: { position: rebuilt.position, generation: rebuilt.generation, updated_at: new Date().toISOString() }, $unset: { failure: '' } },
-      );
-      if (swapped.matchedCount === 0) {
-        const now = await this.slot(projection, 'live');
-        if (now && now.generation === live.generation && now.position > rebuilt.position) return { swapped: false, live: now };
-        throw new Error(`the live checkpoint of ${projection} changed during finishRebuild`);
+    for (let attempt = 1; ; attempt++) {
+      const rebuilt = await this.slot(projection, 'rebuild');
+      const live = await this.slot(projection, 'live');
+      if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
+      if (rebuilt.generation !== live.generation) {
+        if (live.position > rebuilt.position) return { swapped: false, live };
+        const marked = await this.checkpoints.updateOne(
+          { _id: slotId(projection, 'rebuild'), generation: rebuilt.generation }, { $set: { swapping: true } },
+        );
+        if (marked.matchedCount === 0) {
+          if (attempt === SLOT_ATTEMPTS) throw new Error(`other rebuilds of ${projection} took the rebuild slot during finishRebuild ${SLOT_ATTEMPTS} times in a row`);
+          continue;
+        }
+        // The live runner's batches move this document with a guarded update too: whichever comes second
+        // finds it changed. A live checkpoint past the rebuilt one means: catch up first.
+        const swapped = await this.checkpoints.updateOne(
+          { _id: slotId(projection, 'live'), generation: live.generation, position: { $lte: rebuilt.position } },
+          { $set: { position: rebuilt.position, generation: rebuilt.generation, updated_at: new Date().toISOString() }, $unset: { failure: '' } },
+        );
+        if (swapped.matchedCount === 0) {
+          const now = await this.slot(projection, 'live');
+          if (now && now.generation === live.generation && now.position > rebuilt.position) return { swapped: false, live: now };
+          throw new Error(`the live checkpoint of ${projection} changed during finishRebuild`);
+        }
       }
+      // A swap interrupted after the update above leaves rebuild === live: finishing again only clears the slot.
+      await this.checkpoints.deleteOne({ _id: slotId(projection, 'rebuild'), generation: rebuilt.generation });
+      if (rebuilt.generation !== live.generation) await this.dropCollections(projection, live.generation);
+      return { swapped: true, live: (await this.slot(projection, 'live'))! };
     }
-    // A swap interrupted after the update above leaves rebuild === live: finishing again only clears the slot.
-    await this.checkpoints.deleteOne({ _id: slotId(projection, 'rebuild'), generation: rebuilt.generation });
-    if (rebuilt.generation !== live.generation) await this.dropCollections(projection, live.generation);
-    return { swapped: true, live: (await this.slot(projection, 'live'))! };
   }
 
   async abandonRebuild(projection: string, generation: number): Promise<void> {
@@ -378,11 +452,15 @@ function toCheckpoint(doc: CheckpointDoc): CheckpointInfo {
   return doc.failure ? { ...checkpoint, failure: doc.failure } : checkpoint;
 }
 
+function isDuplicateKey(error: unknown): boolean {
+  return error instanceof MongoServerError && error.code === DUPLICATE_KEY;
+}
+
 async function ignoreDuplicateKey(write: Promise<unknown>): Promise<void> {
   try {
     await write;
   } catch (error) {
-    if (!(error instanceof MongoServerError && error.code === DUPLICATE_KEY)) throw error;
+    if (!isDuplicateKey(error)) throw error;
   }
 }
 
@@ -423,7 +501,7 @@ async function guardedReplace(collection: Collection<StoredDoc>, id: string, sto
     await collection.updateOne({ _id: id }, update, { upsert: true, session });
   } catch (error) {
     // Two upserts of a new id racing: the server retries these itself since 4.2; once more for older ones.
-    if (!(error instanceof MongoServerError && error.code === DUPLICATE_KEY)) throw error;
+    if (!isDuplicateKey(error)) throw error;
     await collection.updateOne({ _id: id }, update, { upsert: true, session });
   }
 }

@@ -82,7 +82,12 @@ export interface ReadStore {
   get<T extends Doc>(collection: string, id: string): Promise<Stored<T> | undefined>;
   find<T extends Doc>(collection: string, options?: FindOptions): Promise<Page<Stored<T>>>;
   count(collection: string, where?: Where): Promise<number>;
-  /** Blue/green rebuild: a fresh generation written from position 0 under a separate checkpoint. */
+  /**
+   * Blue/green rebuild: a fresh generation written from position 0 under a separate checkpoint (applyBatch with
+   * `target` rebuild). Starting again supersedes the rebuild in progress: every call gets a generation of its own
+   * (calls at the same moment too, from any process), the latest one holds the slot, and batches of a superseded
+   * generation are refused (false) and its tables/collections dropped.
+   */
   startRebuild(projection: string): Promise<CheckpointInfo>;
   rebuildCheckpoint(projection: string): Promise<CheckpointInfo | undefined>;
   /**
@@ -97,7 +102,13 @@ export interface ReadStore {
    * one in the rebuild slot and not live; otherwise nothing changes. The live generation is untouched.
    */
   abandonRebuild(projection: string, generation: number): Promise<void>;
-  listCheckpoints(): Promise<CheckpointInfo[]>;
+  /**
+   * The live checkpoint of every projection. `timeoutMs` (the readiness probe) bounds the call in the store's
+   * client: a store that waits on the network (MongoDB) gives up after that long, rejecting, and leaves nothing
+   * running behind (no query on the server, no request waiting in the driver). The embedded store answers from
+   * its file at once and ignores it.
+   */
+  listCheckpoints(options?: { timeoutMs?: number }): Promise<CheckpointInfo[]>;
   /**
    * Records (or with null clears) the failure of a projection on its live checkpoint, leaving position,
    * generation and updated_at as they are. A rebuild swapped in by finishRebuild starts without one.

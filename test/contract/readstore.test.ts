@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
-import { InvalidCursorError, type Doc, type FindOptions, type ProjectionWriter, type ReadStore } from '../../infra/readstore/port.js';
+import { InvalidCursorError, type CheckpointInfo, type Doc, type FindOptions, type ProjectionWriter, type ReadStore } from '../../infra/readstore/port.js';
 import { putDocs, swapInThread, swapOn, type SwapSpec, type Swapper } from '../support/generation-swapper.js';
 
 /** What the contract needs to know about one adapter under test. */
@@ -20,6 +20,8 @@ interface Subject {
    * (file or database), running while the test reads on `store`.
    */
   swapper(spec: SwapSpec): Promise<Swapper>;
+  /** A second connection to the same data, as another process would have. */
+  another(): Promise<ReadStore>;
 }
 
 interface TeamDoc extends Doc {
@@ -300,6 +302,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     await store.startRebuild('beta');
     t.same(await store.listCheckpoints(), [await store.checkpoint('alpha'), await store.checkpoint('beta')]);
     t.match(await store.listCheckpoints(), [{ projection: 'alpha', generation: 4 }, { projection: 'beta', position: 50, generation: 1 }]);
+    t.same(await store.listCheckpoints({ timeoutMs: 5000 }), await store.listCheckpoints(), 'a bound the store answers within (a probe\'s) changes nothing');
   });
 
   await t.test('recordFailure: beside the live checkpoint until cleared, and not carried into a rebuilt generation', async (t) => {
@@ -328,6 +331,52 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.notOk('failure' in (await store.rebuildCheckpoint('gamma'))!, 'the rebuild slot never has one');
     t.match(await store.finishRebuild('gamma'), { swapped: true, live: { position: 6, generation: 2 } });
     t.notOk('failure' in (await store.checkpoint('gamma')), 'the swapped-in generation starts without the old one\'s failure');
+  });
+
+  // After the listings of every projection's checkpoint above: a projection of its own.
+  await t.test('startRebuild called twice at once: a generation each, the later one supersedes the earlier', async (t) => {
+    const other = await subject.another();
+    t.teardown(() => other.close());
+    await store.register('racing', [{ name: 'racing_docs' }]);
+    t.equal(await apply('racing', 3, async (w) => { await w.put('racing_docs', { id: 'r1', v: 'live' }, 3); }), true);
+    const live = await store.checkpoint('racing');
+    const racingTables = async () => (await subject.physical()).filter((p) => p.startsWith('racing_docs@'));
+    let later: CheckpointInfo | undefined;
+    for (const slot of ['an empty rebuild slot', 'a rebuild in progress']) {
+      const starts = await Promise.all([store.startRebuild('racing'), other.startRebuild('racing')]);
+      const [first, second] = [...starts].sort((x, y) => x.generation - y.generation) as [CheckpointInfo, CheckpointInfo];
+      later = second;
+      t.ok(first.generation !== second.generation && first.generation > live.generation, `from ${slot}: generations ${first.generation} and ${second.generation}`);
+      t.match(starts, [{ projection: 'racing', position: 0 }, { projection: 'racing', position: 0 }]);
+      t.match(await store.rebuildCheckpoint('racing'), { position: 0, generation: second.generation }, 'the later one holds the rebuild slot');
+      t.same(await store.checkpoint('racing'), live, 'the live checkpoint is untouched');
+      t.same(await racingTables(), [`racing_docs@${live.generation}`, `racing_docs@${second.generation}`].sort(),
+        'the superseded generation\'s tables are gone (and the one superseded before it), the later one\'s are there');
+      t.equal(await store.applyBatch('racing', first, 3, async (w) => { await w.put('racing_docs', { id: 'r1', v: 'superseded' }, 3); }, { rebuild: true }),
+        false, 'a batch of the superseded generation is refused');
+      t.equal(await other.applyBatch('racing', second, 3, async (w) => { await w.put('racing_docs', { id: 'r1', v: 'rebuilt' }, 3); }, { rebuild: true }),
+        true, 'a batch of the later one is applied');
+      t.same(await racingTables(), [`racing_docs@${live.generation}`, `racing_docs@${second.generation}`].sort(), 'and nothing came back');
+    }
+    t.match(await store.finishRebuild('racing'), { swapped: true, live: { position: 3, generation: later!.generation } });
+    t.match(await store.get('racing_docs', 'r1'), { v: 'rebuilt' }, 'the later one is swapped in');
+    t.same(await racingTables(), [`racing_docs@${later!.generation}`]);
+  });
+
+  await t.test('finishRebuild and startRebuild at once: the live generation keeps its documents', async (t) => {
+    const other = await subject.another();
+    t.teardown(() => other.close());
+    const before = await store.checkpoint('racing');
+    const rebuild = await store.startRebuild('racing');
+    t.equal(await store.applyBatch('racing', rebuild, before.position, async (w) => {
+      await w.put('racing_docs', { id: 'r1', v: 'finished' }, before.position);
+    }, { rebuild: true }), true);
+    const [finished, started] = await Promise.all([store.finishRebuild('racing'), other.startRebuild('racing')]);
+    const live = await store.checkpoint('racing');
+    t.equal(live.generation, finished.swapped ? rebuild.generation : before.generation, `swapped: ${finished.swapped}; live is the generation that says`);
+    t.match(await store.get('racing_docs', 'r1'), { v: finished.swapped ? 'finished' : 'rebuilt' }, 'and its documents are there');
+    t.match(await store.rebuildCheckpoint('racing'), { position: 0, generation: started.generation }, 'the start holds the rebuild slot');
+    t.same((await subject.physical()).filter((p) => p.startsWith('racing_docs@')), [`racing_docs@${live.generation}`, `racing_docs@${started.generation}`].sort());
   });
 
   // Last: its projection would show in the physical listings above.
@@ -399,6 +448,7 @@ t.test('embedded', async (t) => {
     atomicBatches: true,
     // In this thread a second connection could never get between the steps of a read: every call is synchronous.
     swapper: (spec) => swapInThread(file, spec),
+    another: async () => new EmbeddedReadStore(file, { checkpointer: false }),
     async physical() {
       const db = new Database(file, { readonly: true });
       try {
@@ -450,6 +500,7 @@ if (mongodbUrl) {
         },
         // Its calls are network I/O: the swaps of a second client in this thread run between the steps of a read.
         swapper: async (spec) => swapOn(await MongoReadStore.connect(mongodbUrl, dbName), spec),
+        another: () => MongoReadStore.connect(mongodbUrl, dbName),
       };
     });
   });
