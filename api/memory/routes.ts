@@ -153,6 +153,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/context', operationId: 'buildContext', tag: TAG, auth: ['owner'],
       summary: 'The search results plus the scope\'s personality',
+      description: 'Retrieval as in POST /v1/search (same body, results, order and scores), plus the scope\'s personality text ("" when none is set). Sees every write acknowledged before the request (waits up to CONSISTENCY_TIMEOUT_MS, else 503).',
       body: SearchBody, readModels: [MEMORIES_PROJECTION, PERSONALITY_PROJECTION],
       responses: { 200: { description: 'personality ("" when none is set) and scored memories', schema: ContextResponse } },
       errors: READ_ERRORS,
@@ -188,7 +189,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/ingest', operationId: 'ingestFacts', tag: TAG, auth: ['owner'],
       summary: 'Extract durable facts from a text with the chat provider and store them',
-      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included. The text itself is never stored. A reply that cannot be read as {"facts": [...]} is a 500, never an empty success. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key; an ingest that stored nothing is not remembered).`,
+      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included. The text itself is never stored. A reply that cannot be read as {"facts": [...]}, or whose facts are all dropped (blank, over ${MAX_TEXT_BYTES.toLocaleString('en-US')} bytes or not well-formed Unicode), is a 500, never an empty success; an explicit {"facts": []} stores nothing. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key; an ingest that stored nothing is not remembered).`,
       body: IngestBody,
       responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
       errors: [...WRITE_ERRORS, 503],

@@ -81,7 +81,7 @@ export const ExportResponse = Type.Object({
   personality: PersonalityText,
   memories: Type.Array(Type.Object({
     ...MemoryView.properties,
-    vector: Type.Optional(Type.Array(Type.Number(), { description: 'unit-length embedding (absent when embeddings are not configured)' })),
+    vector: Type.Optional(Type.Array(Type.Number(), { description: 'unit-length embedding of the exported text (absent when embeddings are not configured or the provider refused this text)' })),
     vector_model: Type.Optional(Type.String({ description: 'embedding model the vector was computed with' })),
   }), { description: 'live memories, oldest first' }),
 });
