@@ -43,7 +43,7 @@ export const PROBLEM_BASE = 'https://cairn.dev/problems/';
  * ProblemError with a slug (or a status) not listed here does not compile.
  */
 export const PROBLEM_TYPES = {
-  validation: { statuses: [400], meaning: 'The request is invalid: a path or query parameter, a header or the body failed validation (`errors[]` names each), or the body could not be read as JSON (malformed, not UTF-8, over 1 MiB, nested too deeply, wrong Content-Type, charset or Content-Encoding), or the path\'s percent-encoding is not UTF-8.' },
+  validation: { statuses: [400], meaning: 'The request is invalid: a path or query parameter, a header or the body failed validation (`errors[]` names each), or the body could not be read as JSON (malformed, not UTF-8, over 1 MiB, nested too deeply, a name twice in one object, wrong Content-Type, charset or Content-Encoding), or the path\'s percent-encoding is not UTF-8.' },
   invalid: { statuses: [400], meaning: 'A rule of the domain refused the command. The routes check the same rules first and answer `validation` naming the field, so a client should not see this type; it is what the domain answers a caller that skipped those checks.' },
   aborted: { statuses: [400], meaning: 'The request body was not received completely.' },
   'malformed-request': { statuses: [400], meaning: 'Not valid HTTP/1.1: refused by the HTTP parser.' },

@@ -242,7 +242,7 @@ export async function readJsonBody(ctx: Koa.Context, types: string[] = ['applica
   } catch (error) {
     throw badRequest(`malformed JSON: ${(error as Error).message}`);
   }
-  checkJsonShape(value);
+  checkJsonShape(value, text);
   return value;
 }
 
@@ -354,9 +354,14 @@ export const MAX_JSON_DEPTH = 64;
  * Refuses a parsed body nested more than MAX_JSON_DEPTH levels deep (a scalar is 0, `[]` is 1), or holding a
  * `__proto__` key at any depth: JSON.parse makes it an own property, which a later spread or merge turns into
  * the object's prototype (prototype poisoning). One walk without recursion, stopping at the first problem.
+ * Also refuses an object with the same name twice (`text`: the body parsed): JSON.parse keeps the last, so
+ * the request would mean one thing to this server and maybe another to a proxy or a log reader that keeps
+ * the first (RFC 8259 §4 asks for unique names; I-JSON, RFC 7493 §2.3, requires them). The walk counts the
+ * names the parsed objects hold; a text with more names than that has a duplicate, which duplicateName finds.
  */
-function checkJsonShape(value: unknown): void {
+function checkJsonShape(value: unknown, text: string): void {
   const stack: Array<[unknown, number]> = [[value, 0]];
+  let names = 0;
   while (stack.length > 0) {
     const [current, depth] = stack.pop()!;
     if (current === null || typeof current !== 'object') continue;
@@ -367,6 +372,78 @@ function checkJsonShape(value: unknown): void {
     if (!Array.isArray(current) && Object.hasOwn(current, '__proto__')) {
       throw badRequest('JSON with a __proto__ key (prototype poisoning)', [{ location: 'body', message: 'must not have a __proto__ key, at any depth' }]);
     }
-    for (const child of Array.isArray(current) ? current : Object.values(current)) if (child !== null && typeof child === 'object') stack.push([child, level]);
+    const children = Array.isArray(current) ? current : Object.values(current);
+    if (!Array.isArray(current)) names += children.length;
+    for (const child of children) if (child !== null && typeof child === 'object') stack.push([child, level]);
   }
+  if (names > 0 && countNames(text) > names) {
+    const duplicate = duplicateName(text);
+    throw badRequest(`JSON object with a duplicate name at ${duplicate.location}`, [{
+      location: duplicate.location, message: 'names within an object must be unique (RFC 8259 §4, I-JSON)', value: duplicate.name,
+    }]);
+  }
+}
+
+const BACKSLASH = 0x5c, COLON = 0x3a;
+
+/** The end (after the closing quote) of the JSON string starting at `at` (its opening quote), in valid JSON. */
+function stringEnd(text: string, at: number): number {
+  // The first quote after an even number of backslashes (none included) ends it.
+  for (let j = text.indexOf('"', at + 1); ; j = text.indexOf('"', j + 1)) {
+    let escapes = 0;
+    while (text.charCodeAt(j - 1 - escapes) === BACKSLASH) escapes++;
+    if (escapes % 2 === 0) return j + 1;
+  }
+}
+
+/** Whether the JSON string ending before `end` is an object member's name: a colon follows it (valid JSON). */
+function isName(text: string, end: number): boolean {
+  let i = end;
+  while (text.charCodeAt(i) <= 0x20) i++;
+  return text.charCodeAt(i) === COLON;
+}
+
+/** How many member names a valid JSON text has. */
+function countNames(text: string): number {
+  let count = 0;
+  for (let i = text.indexOf('"'); i !== -1; i = text.indexOf('"', i)) {
+    i = stringEnd(text, i);
+    if (isName(text, i)) count++;
+  }
+  return count;
+}
+
+/**
+ * The first name that repeats within its object, and where (`body.a.b.0.name`), in a valid JSON text known to
+ * have one. Names are compared decoded (`"a"` and `"\u0061"` are the same name).
+ */
+function duplicateName(text: string): { location: string; name: string } {
+  const frames: Array<{ names?: Set<string>; key: string; index: number }> = [];
+  const path = () => ['body', ...frames.map((f) => f.key)].join('.');
+  for (let i = 0; i < text.length;) {
+    const c = text[i]!;
+    if (c === '{' || c === '[') {
+      frames.push({ names: c === '{' ? new Set() : undefined, key: '', index: 0 });
+      if (c === '[') frames.at(-1)!.key = '0';
+      i++;
+    } else if (c === '}' || c === ']') {
+      frames.pop();
+      i++;
+    } else if (c === ',') {
+      const frame = frames.at(-1)!;
+      if (!frame.names) frame.key = String(++frame.index);
+      i++;
+    } else if (c === '"') {
+      const end = stringEnd(text, i);
+      const frame = frames.at(-1);
+      if (frame?.names && isName(text, end)) {
+        const name = JSON.parse(text.slice(i, end)) as string;
+        frame.key = name;
+        if (frame.names.has(name)) return { location: path(), name };
+        frame.names.add(name);
+      }
+      i = end;
+    } else i++;
+  }
+  return { location: 'body', name: '' };
 }

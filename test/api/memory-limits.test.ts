@@ -225,6 +225,7 @@ t.test('bodies: gzip and deflate, the 1 MiB limit after decompression, prototype
   const json = { 'Content-Type': 'application/json' };
   is400(t, await send(app, 'POST', '/v1/memories', { body: `{"scope": ${JSON.stringify(scope)}, "text": "x", "__proto__": {"admin": true}}`, headers: json }), 'prototype', '__proto__ key');
   is400(t, await send(app, 'POST', '/v1/memories', { body: `{"scope": ${JSON.stringify(scope)}, "text": "x", "constructor": {"prototype": {"admin": true}}}`, headers: json }), 'constructor', 'constructor.prototype: an unknown field');
+  is400(t, await send(app, 'POST', '/v1/memories', { body: `{"scope": ${JSON.stringify(scope)}, "text": "kept?", "text": "or this?"}`, headers: json }), 'body.text', 'a name twice');
 });
 
 /** Ill-formed UTF-8 (Unicode Table 3-7), each placed inside a JSON string: the bytes and what they are. */

@@ -122,6 +122,20 @@ t.test('bodies: JSON only, 1 MiB, one value', async (t) => {
   t.equal(poisoned.status, 400, 'a __proto__ key is refused, also inside a free-form value');
   t.match(await poisoned.json(), { detail: /__proto__ key \(prototype poisoning\)/, errors: [{ location: 'body' }] });
   for (const value of [null, 0, false, 'scalar']) t.equal((await raw(JSON.stringify(value))).status, 200, `scalar ${JSON.stringify(value)}`);
+  // A name twice in one object: JSON.parse would keep the last; a proxy or log reader may keep the first.
+  for (const [body, location, name] of [
+    ['{"theme": "dark", "theme": "light"}', 'body.theme', 'theme'],
+    ['{"a": {"b": 1, "c": {"x": [1, {"d": 0, "\\u0064": 1}]}}}', 'body.a.c.x.1.d', 'd'],
+    ['[{"k": "{\\"k\\": 1, \\"k\\": 2}"}, {"k": 1, "j": 2, "k": 3}]', 'body.1.k', 'k'],
+    ['{"x\\\\": "\\\\\\\\", "x\\\\": 1}', 'body.x\\', 'x\\'],
+  ]) {
+    const twice = await raw(body!);
+    t.equal(twice.status, 400, `a duplicate name: ${body}`);
+    t.match(await twice.json(), { type: 'https://cairn.dev/problems/validation', errors: [{ location, value: name }] }, `names ${location}`);
+  }
+  for (const body of ['{"a": {"b": 1}, "b": {"a": 2}}', '[{"k": 1}, {"k": 2}]', '{"k": "\\"k\\": 1, \\"k\\": 2"}', '{"k\\"": 1, "k": 2}']) {
+    t.equal((await raw(body)).status, 200, `the same name in different objects, or only inside strings: ${body}`);
+  }
   const gz = await app.platform(path('zipped'), { method: 'PUT', headers: { ...auth, 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' }, body: gzipSync(JSON.stringify({ a: [1, 2] })) });
   t.equal(gz.status, 200, 'gzip body');
   t.same(await (await app.platform(path('zipped'), { headers: { ...auth, 'X-Min-Position': gz.headers.get('x-event-position')! } })).json(), { a: [1, 2] });
