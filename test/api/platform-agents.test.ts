@@ -278,6 +278,24 @@ t.test('projects are isolated', async (t) => {
   t.equal((await app.platform('/agents?offset=5', { headers: bearer(a.key) })).status, 400, 'unknown query parameters are rejected');
 });
 
+t.test('two projects of one tenant may each have an agent of the same name: a key finds its own, and never the other by id', async (t) => {
+  const one = await projectWithKey(app, 'tenant-siblings');
+  const two = await projectWithKey(app, 'tenant-siblings');
+  const first = await create({ name: 'Twin' }, one.key);
+  const second = await create({ name: 'Twin' }, two.key);
+  t.equal(second.res.status, 200, 'names are unique per project, not per tenant');
+  const get = async (key: string, idOrName: string) => {
+    const res = await app.platform(`/agents/${idOrName}`, { headers: { ...bearer(key), 'X-Min-Position': second.position! } });
+    return { status: res.status, body: (await res.json()) as { agent_id?: string } };
+  };
+  t.equal((await get(one.key, 'Twin')).body.agent_id, first.body.agent_id, 'by name: the own project\'s agent');
+  t.equal((await get(two.key, 'Twin')).body.agent_id, second.body.agent_id);
+  t.equal((await get(one.key, second.body.agent_id)).status, 404, 'by id: the sibling project\'s agent is not found');
+  t.equal((await get(two.key, first.body.agent_id)).status, 404);
+  t.equal((await app.platform(`/agents?project_id=${two.projectId}`, { headers: bearer(one.key) })).status, 404, 'nor its list');
+  t.equal((await create({ name: 'Intruder', project_id: two.projectId }, one.key)).res.status, 404, 'nor can it create there');
+});
+
 t.test('GET /agents pages with limit and cursor (X-Next-Cursor), and without them returns every agent as before', async (t) => {
   const p = await projectWithKey(app, 'tenant-paging');
   const headers = bearer(p.key);

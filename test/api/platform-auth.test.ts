@@ -1,6 +1,7 @@
 import t from 'tap';
 import { request } from 'node:http';
 import { SignJWT, UnsecuredJWT } from 'jose';
+import { API_KEY_SCOPES } from '../../api/platform/keys/schemas.js';
 import { apiKeyStream } from '../../domain/apikeys/decider.js';
 import { bearer, projectWithKey, sessionToken, startTestCairn } from '../support/cairn.js';
 
@@ -138,6 +139,41 @@ t.test('scopes limit what a key may do', async (t) => {
   t.match(await projects.json(), { detail: /projects:read/ });
   const reader = await projectWithKey(app, 'tenant-scopes-2', ['projects:read']);
   t.equal((await app.platform('/projects', { headers: bearer(reader.key) })).status, 200);
+});
+
+t.test('every operation a key may call needs the scope its OpenAPI document names, and no other', async (t) => {
+  const doc = (await (await app.platform('/docs/openapi.json')).json()) as { paths: Record<string, Record<string, { 'x-required-scope'?: string }>> };
+  const operations = Object.entries(doc.paths).flatMap(([path, ops]) => Object.entries(ops)
+    .flatMap(([method, op]) => (op['x-required-scope'] ? [{ method: method.toUpperCase(), path: path.replace(/^\/api\/v1/, ''), scope: op['x-required-scope'] }] : [])));
+  t.same([...new Set(operations.map((o) => o.scope))].sort(), API_KEY_SCOPES.filter((s) => s !== '*').sort(), 'every scope guards some operation');
+  const { projectId, session } = await projectWithKey(app, 'tenant-scope-table');
+  const keys = new Map<string, string>();
+  for (const scope of API_KEY_SCOPES) {
+    const res = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { name: scope, scopes: [scope] } });
+    keys.set(scope, ((await res.json()) as { key: string }).key);
+  }
+  let n = 0;
+  const call = (op: { method: string; path: string }, key: string) => app.platform(op.path.replace('{projectId}', projectId).replace('{key}', 'theme').replace('{agentId}', 'Nobody'), {
+    method: op.method, headers: bearer(key),
+    ...(op.method === 'POST' ? { json: { name: `Scoped ${n++}` } } : op.method === 'PUT' ? { json: 'dark' } : {}),
+  });
+  for (const op of operations) {
+    for (const scope of API_KEY_SCOPES.filter((s) => s !== '*' && s !== op.scope)) {
+      const res = await call(op, keys.get(scope)!);
+      t.equal(res.status, 403, `${op.method} ${op.path} with only ${scope}`);
+      t.match(await res.json(), { type: 'https://cairn.dev/problems/insufficient-scope', detail: new RegExp(op.scope) });
+    }
+    for (const scope of [op.scope, '*']) {
+      const status = (await call(op, keys.get(scope)!)).status;
+      t.notOk([401, 403].includes(status), `${op.method} ${op.path} with ${scope}: ${status}`);
+    }
+  }
+  // The scope is checked before anything is looked up: another project's objects tell a key without it nothing either.
+  const other = await projectWithKey(app, 'tenant-scope-other');
+  for (const projectId of [other.projectId, crypto.randomUUID()]) {
+    const res = await app.platform(`/projects/${projectId}/config/theme`, { method: 'PUT', headers: bearer(keys.get('config:read')!), json: 'dark' });
+    t.equal(res.status, 403, 'another project, or none: 403 as for its own');
+  }
 });
 
 t.test('project ids in paths are case-insensitive UUIDs', async (t) => {

@@ -64,6 +64,30 @@ t.test('event metadata names the project, also for a dashboard session, and ApiK
   t.match(recorded!.metadata, { correlation_id: 'req-key-use-7', causation_id: 'req-key-use-7', actor: `key:${freshId}` });
 });
 
+t.test('every command\'s events carry the request as correlation and cause, its actor, its project and when', async (t) => {
+  const { projectId, key, keyId, session } = await projectWithKey(app, 'tenant-meta-all');
+  const send = async (path: string, init: RequestInit & { json?: unknown }, requestId: string) => {
+    const res = await app.platform(path, { ...init, headers: { ...init.headers as Record<string, string>, 'X-Request-Id': requestId } });
+    t.ok(res.status < 300, `${init.method} ${path}: ${res.status}`);
+    return res;
+  };
+  const appended = async (stream: string, requestId: string) => (await app.events.readStream(stream)).filter((e) => e.metadata.correlation_id === requestId);
+  const expect = (events: Awaited<ReturnType<typeof appended>>, types: string[], requestId: string, actor: string, what: string) => {
+    t.same(events.map((e) => e.type), types, what);
+    for (const e of events) t.match(e.metadata, { correlation_id: requestId, causation_id: requestId, actor, project_id: projectId, occurred_at: /Z$/ }, `${what}: ${e.type}`);
+  };
+  await send(`/projects/${projectId}/config/theme`, { method: 'PUT', headers: bearer(key), json: 'dark' }, 'req-meta-put');
+  expect(await appended(`config-${projectId}`, 'req-meta-put'), ['ConfigValueSet'], 'req-meta-put', `key:${keyId}`, 'PUT config');
+  await send(`/projects/${projectId}/config/theme`, { method: 'DELETE', headers: bearer(key) }, 'req-meta-delete');
+  expect(await appended(`config-${projectId}`, 'req-meta-delete'), ['ConfigValueDeleted'], 'req-meta-delete', `key:${keyId}`, 'DELETE config');
+  const agent = (await (await send('/agents', { method: 'POST', headers: bearer(key), json: { name: 'Audited' } }, 'req-meta-agent')).json()) as { agent_id: string };
+  const all = await app.events.readAll(0, { limit: 100_000 });
+  expect(all.filter((e) => e.metadata.correlation_id === 'req-meta-agent' && e.type !== 'ApiKeyUsed'), ['AgentNameReserved', 'AgentCreated'], 'req-meta-agent', `key:${keyId}`, 'POST /agents');
+  t.equal((await appended(`agent-${agent.agent_id}`, 'req-meta-agent')).length, 1);
+  await send(`/projects/${projectId}/keys/${keyId}`, { method: 'DELETE', headers: bearer(session) }, 'req-meta-revoke');
+  expect(await appended(`apikey-${keyId}`, 'req-meta-revoke'), ['ApiKeyRevoked'], 'req-meta-revoke', 'user:user-1', 'revocation (a session)');
+});
+
 t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', async (t) => {
   const json = await app.platform('/docs/openapi.json');
   t.equal(json.status, 200);

@@ -31,7 +31,7 @@ const common = {
 
 export const ApiKeyItem = Type.Object({
   ...common,
-  is_admin_managed: Type.Boolean(),
+  is_admin_managed: Type.Boolean({ description: 'always false: every key, one made with the operator CLI included, is managed through these operations' }),
   last_used_at: Type.Union([DateTime, Type.Null()], { description: 'updated at most once a minute' }),
 });
 export type ApiKeyItem = Static<typeof ApiKeyItem>;
