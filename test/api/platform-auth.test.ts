@@ -4,6 +4,7 @@ import { SignJWT, UnsecuredJWT } from 'jose';
 import { API_KEY_SCOPES } from '../../api/platform/keys/schemas.js';
 import { apiKeyStream } from '../../domain/apikeys/decider.js';
 import { bearer, projectWithKey, sessionToken, startTestCairn } from '../support/cairn.js';
+import { capturingLogger } from '../support/logs.js';
 
 const KEY_SHAPE = /^sk_[0-9A-Za-z]{43}_[0-9A-Za-z]{6}$/;
 let now = Date.parse('2026-06-01T12:00:00Z');
@@ -264,6 +265,18 @@ t.test('project creation', async (t) => {
   t.equal(again.project_id, first.project_id, 'same Idempotency-Key, same project');
   const other = await app.platform('/projects', { method: 'POST', headers, json: { name: 'Different' } });
   t.equal(other.status, 422, 'same key, different request');
+
+  // A node whose read model cannot catch up within CONSISTENCY_TIMEOUT_MS (0 here, runners in the HTTP thread
+  // with their 2 ms batch window) answers the durable project from its event, not with a 503 inviting a retry.
+  const { lines, log } = capturingLogger();
+  const slow = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '0', PROJECTIONS_THREAD: 'false' }, { dataDir: app.dataDir, log });
+  t.teardown(() => slow.stop());
+  const created = await slow.platform('/projects', { method: 'POST', headers: bearer(session), json: { name: 'Slow' } });
+  t.equal(created.status, 200, 'created although its read model has not applied it yet');
+  t.ok(lines.some((l) => l.msg === 'project created; the projects read model has not applied it yet'), 'answered from the event');
+  const project = (await created.json()) as { project_id: string };
+  const listed = (await (await app.platform('/projects', { headers: { ...bearer(session), 'X-Min-Position': created.headers.get('x-event-position')! } })).json()) as { projects: Array<{ project_id: string }> };
+  t.same(listed.projects.find((p) => p.project_id === project.project_id), project, 'the same project the read model then has');
 });
 
 t.test('a key revoked through one node stops working on another that shares the read models', async (t) => {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { uuidV5 as uuidv5 } from '../../../infra/ids.js';
-import { projectDecider, projectStream } from '../../../domain/projects/decider.js';
+import { projectDecider, projectStream, type ProjectCreated } from '../../../domain/projects/decider.js';
+import { ConsistencyTimeoutError } from '../../../projections/runner.js';
 import { findAll } from '../../../infra/readstore/port.js';
 import type { ProjectDoc } from '../../../projections/projects/projection.js';
 import { check, nonBlank } from '../../http/validation.js';
@@ -10,7 +11,7 @@ import { CreateProjectBody, ProjectList, ProjectView } from './schemas.js';
 
 const PROJECT_ID_NAMESPACE = 'a3f9b1c2-6d4e-4f8a-9b0c-1d2e3f4a5b6c';
 
-const view = (p: ProjectDoc): ProjectView => ({
+const view = (p: Pick<ProjectDoc, 'project_id' | 'tenant_id' | 'name' | 'created_at' | 'created_by'>): ProjectView => ({
   project_id: p.project_id, tenant_id: p.tenant_id, name: p.name, created_at: p.created_at, created_by: p.created_by,
 });
 
@@ -37,7 +38,7 @@ export function projectRoutes(deps: PlatformDeps): RouteDef[] {
     route({
       method: 'POST', path: '/projects', operationId: 'createProject', tag: 'Projects', auth: ['session'],
       summary: 'Create a project (extension)',
-      description: 'Creates a project owned by the session\'s tenant. With an Idempotency-Key, a repeated request returns the same project.',
+      description: 'Creates a project owned by the session\'s tenant. With an Idempotency-Key, a repeated request returns the same project. Waits until the project can be used (its read model has it); should that take longer than CONSISTENCY_TIMEOUT_MS, the created project is still returned (pass its X-Event-Position as X-Min-Position to the next request) rather than a 503 that would invite a duplicate.',
       body: CreateProjectBody,
       responses: { 200: { description: 'the created project', schema: ProjectView } },
       errors: [400, 401, 403, 409, 422, 503],
@@ -48,7 +49,17 @@ export function projectRoutes(deps: PlatformDeps): RouteDef[] {
         meta.project_id = projectId; // the event's metadata names the project it creates
         const result = await deps.bus.handle(projectStream(projectId), projectDecider,
           { type: 'CreateProject', data: { project_id: projectId, tenant_id: principal.tenant_id, name: body.name.trim() } }, meta);
-        await deps.waitFor('projects', result.position, signal);
+        const created = result.events[0]?.data as ProjectCreated['data'] | undefined;
+        // The project is durable now. Should the read model not apply it within CONSISTENCY_TIMEOUT_MS, a new
+        // project is answered from its event (a 503 would invite a retry that, without an Idempotency-Key,
+        // creates a second project); a replay, which appended nothing, has only the read model to answer from.
+        try {
+          await deps.waitFor('projects', result.position, signal);
+        } catch (error) {
+          if (!(error instanceof ConsistencyTimeoutError && created)) throw error;
+          deps.log.warn({ project_id: projectId, position: result.position }, 'project created; the projects read model has not applied it yet');
+          return { body: view(created), position: result.position };
+        }
         const doc = await deps.reads.get<ProjectDoc>('projects', projectId);
         return { body: doc ? view(doc) : undefined, position: result.position };
       },
