@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { jsonLine, writeOut } from './output.js';
+import { jsonLine, printable, writeOut } from './output.js';
 import { commaList, nonNegativeInt, positiveInt, withStores } from './runtime.js';
 import { eventView } from './streams.js';
 
@@ -21,7 +21,7 @@ export function eventCommands(program: Command): void {
         for await (const event of events.subscribeToAll(from, { filter, signal: abort.signal })) {
           const view = eventView(event);
           await writeOut(opts.json ? jsonLine(view)
-            : `${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${JSON.stringify(view.data)}\n`);
+            : `${printable(`${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${JSON.stringify(view.data)}`)}\n`);
           if (opts.count !== undefined && ++seen >= opts.count) break;
         }
       } finally {

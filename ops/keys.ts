@@ -1,16 +1,23 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError, type Command } from 'commander';
+import { IsDateTime } from 'typebox/format';
 import { generateApiKey } from '../infra/apikeys.js';
 import { CommandBus } from '../commands/bus.js';
 import { apiKeyDecider, apiKeyStream } from '../domain/apikeys/decider.js';
 import { notice, writeSecret } from './output.js';
 import { loadProject } from './projects.js';
 import { CreateApiKeyBody } from '../api/platform/keys/schemas.js';
-import { commaList, OpsError, opsRequestMeta, validateAsApi, withStores } from './runtime.js';
+import { commaList, opsRequestMeta, validateAsApi, withStores } from './runtime.js';
 
+/**
+ * `--expires-at` as the API takes `expires_at`: its schema's RFC 3339 date-time, offset included. Date.parse
+ * alone would read `2030-01-01T00:00` in the operator's time zone, and take years past 9999, which would be
+ * stored in a form the API cannot return.
+ */
 function futureInstant(raw: string): string {
+  if (!IsDateTime(raw)) throw new InvalidArgumentError('expected an RFC 3339 date-time with its offset, such as 2030-01-01T00:00:00Z');
   const time = Date.parse(raw);
-  if (Number.isNaN(time)) throw new InvalidArgumentError('expected an ISO 8601 date-time');
+  if (Number.isNaN(time)) throw new InvalidArgumentError('must be a date-time JavaScript can represent (second 60, a leap second, is not)');
   if (time <= Date.now()) throw new InvalidArgumentError('must be in the future');
   return new Date(time).toISOString();
 }
@@ -20,12 +27,11 @@ export function keyCommands(program: Command): void {
     .command('create').description('create a bootstrap API key for a project; the key is printed once and never stored')
     .requiredOption('--project <id>', 'project id')
     .option('--name <name>', 'display name', 'bootstrap')
-    .option('--scopes <a,b>', 'scopes (comma-separated; * = every scope)', commaList)
-    .option('--expires-at <iso>', 'expiry date-time (default: never)', futureInstant)
+    .option('--scopes <a,b>', 'scopes, comma-separated (default: *, every scope)', commaList)
+    .option('--expires-at <time>', 'expiry, an RFC 3339 date-time such as 2030-01-01T00:00:00Z (default: never)', futureInstant)
     .option('--json', 'print JSON (includes the key)')
     .action(async (opts: { project: string; name: string; scopes?: string[]; expiresAt?: string; json?: boolean }) =>
       withStores(async ({ events }) => {
-        if (opts.scopes?.length === 0) throw new OpsError('--scopes must name at least one scope');
         validateAsApi(CreateApiKeyBody, { name: opts.name, ...(opts.scopes ? { scopes: opts.scopes } : {}) }, { name: '--name', scopes: '--scopes' });
         // Project ids are lower-case UUIDs; the API accepts them in any case (RFC 9562), and so does this.
         const projectId = opts.project.toLowerCase();

@@ -19,9 +19,23 @@ export async function writeOut(text: string): Promise<void> {
   else await new Promise((resolve) => setImmediate(resolve));
 }
 
+/**
+ * Text for a terminal: control characters written as `\uXXXX`. Event data is whatever clients sent, and
+ * JSON.stringify escapes only C0: DEL and C1 stay raw, and terminals such as VTE (GNOME Terminal) and screen
+ * act on C1 (U+009B is CSI), so a stored text could move the cursor and overwrite the lines an operator reads.
+ */
+export function printable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+/** `1 event`, `2 events`. */
+export function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
 export function cell(value: unknown): string {
   if (value === null || value === undefined || value === '') return '-';
-  return typeof value === 'string' ? value : JSON.stringify(value);
+  return printable(typeof value === 'string' ? value : JSON.stringify(value));
 }
 
 export function printTable<Row extends object>(rows: Row[], columns: Array<keyof Row & string>): void {

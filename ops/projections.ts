@@ -6,7 +6,7 @@ import { allProjections } from '../projections/index.js';
 import type { Projection } from '../projections/projection.js';
 import { rebuildProjection } from '../projections/rebuild.js';
 import { projectionStatus } from '../projections/runner.js';
-import { printJson, printTable } from './output.js';
+import { count, printJson, printTable } from './output.js';
 import { OpsError, withStores } from './runtime.js';
 
 /** The projections the CLI knows are the server's: one list. Problems while rebuilding (a text the embeddings provider refuses) are logged on stderr. */
@@ -26,6 +26,13 @@ function findProjection(name: string): Projection {
  * checks need not parse the output; distinct from 1 (the command itself failed: a store not reachable…).
  */
 const FAILING_EXIT_CODE = 3;
+
+/**
+ * What stops a rebuild cleanly (its unfinished generation dropped), with the exit code a shell reports for a
+ * process the signal ended: Ctrl-C, and SIGTERM, which `timeout`, service managers and job runners send first.
+ */
+const STOP_SIGNALS = { SIGINT: 130, SIGTERM: 143 } as const;
+type StopSignal = keyof typeof STOP_SIGNALS;
 
 export function projectionCommands(program: Command): void {
   const projections = program.command('projections').description('read models: checkpoints, lag, rebuilds');
@@ -64,25 +71,29 @@ export function projectionCommands(program: Command): void {
           : undefined;
         let applied = 0;
         const started = Date.now();
-        // Ctrl-C stops the rebuild between batches and drops its unfinished generation.
+        // A stop signal ends the rebuild between batches and drops its unfinished generation.
         const abort = new AbortController();
-        const stop = () => abort.abort();
-        process.once('SIGINT', stop);
+        let stoppedBy: StopSignal | undefined;
+        const stop = (signal: StopSignal) => {
+          stoppedBy ??= signal;
+          abort.abort();
+        };
+        for (const signal of Object.keys(STOP_SIGNALS) as StopSignal[]) process.once(signal, stop);
         bar?.start(0, 0, { applied });
         const checkpoint = await rebuildProjection(events, reads, projection, (p) => {
           applied = p.applied;
           bar?.setTotal(p.head);
           bar?.update(p.position, { applied });
         }, abort.signal).catch((error: unknown) => {
-          if (abort.signal.aborted) throw new OpsError(`rebuild of ${name} interrupted; the live generation is unchanged`, 130);
+          if (stoppedBy) throw new OpsError(`rebuild of ${name} interrupted; the live generation is unchanged`, STOP_SIGNALS[stoppedBy]);
           throw error;
         }).finally(() => {
-          process.off('SIGINT', stop);
+          for (const signal of Object.keys(STOP_SIGNALS)) process.off(signal, stop);
           bar?.stop();
         });
         if (opts.json) return printJson({ ...checkpoint, applied });
         process.stdout.write(`rebuilt ${name}: generation ${checkpoint.generation} is live at position ${checkpoint.position} `
-          + `(${applied} events applied in ${((Date.now() - started) / 1000).toFixed(1)} s)\n`);
+          + `(${count(applied, 'event')} applied in ${((Date.now() - started) / 1000).toFixed(1)} s)\n`);
       });
     });
 }

@@ -76,20 +76,29 @@ export function opsRequestMeta(scope: { project_id?: string; tenant_id?: string 
   };
 }
 
-/** Option parser for counts and positions. */
+/** Option parser for positions and revisions. */
 export function nonNegativeInt(raw: string): number {
-  const value = Number(raw);
-  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value)) throw new InvalidArgumentError('expected a non-negative integer');
-  return value;
+  return integerAtLeast(raw, 0, 'expected a non-negative integer');
 }
 
+/** Option parser for counts and limits. */
 export function positiveInt(raw: string): number {
-  const value = nonNegativeInt(raw);
-  if (value === 0) throw new InvalidArgumentError('expected a positive integer');
+  return integerAtLeast(raw, 1, 'expected a positive integer');
+}
+
+/** One message per option, whatever is wrong with the value: `--limit -1` must not suggest that 0 would do. */
+function integerAtLeast(raw: string, min: number, expected: string): number {
+  const value = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value) || value < min) throw new InvalidArgumentError(expected);
   return value;
 }
 
-/** Option parser for `a,b` lists; repeated options add up. */
+/**
+ * Option parser for `a,b` lists; repeated options add up. A value that names nothing (`''` from an unset shell
+ * variable, a stray `,`) is refused: an empty list would otherwise read as "no filter" or "the default".
+ */
 export function commaList(raw: string, previous: string[] = []): string[] {
-  return [...previous, ...raw.split(',').map((s) => s.trim()).filter(Boolean)];
+  const names = raw.split(',').map((s) => s.trim()).filter(Boolean);
+  if (names.length === 0) throw new InvalidArgumentError('expected one or more names, comma-separated');
+  return [...previous, ...names];
 }

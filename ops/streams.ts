@@ -1,18 +1,23 @@
 import type { Command } from 'commander';
 import type { RecordedEvent } from '../infra/eventstore/port.js';
-import { notice, printJson, printTable } from './output.js';
+import { count, notice, printJson, printTable } from './output.js';
 import { nonNegativeInt, OpsError, positiveInt, withStores } from './runtime.js';
 
-/** What operators see of an event: the envelope, who caused it, and the data. */
+/**
+ * What operators see of an event: the envelope with its id, who caused it (correlation_id and actor for the
+ * tables, and the whole metadata: causation_id, project_id, occurred_at, ... for audits), and the data.
+ */
 export function eventView(e: RecordedEvent) {
   return {
     position: e.position,
     stream: e.stream,
     revision: e.revision,
+    id: e.id,
     type: e.type,
     recorded_at: e.recorded_at,
     correlation_id: e.metadata.correlation_id,
     actor: e.metadata.actor,
+    metadata: e.metadata,
     data: e.data,
   };
 }
@@ -44,6 +49,6 @@ export function streamCommands(program: Command): void {
       if (opts.json) return printJson(page);
       printTable(page, ['position', 'revision', 'type', 'recorded_at', 'correlation_id', 'actor', 'data']);
       const last = page.at(-1)?.revision ?? opts.from - 1;
-      if (last < info.revision) notice(`${info.revision - last} more events: --from ${last + 1}`);
+      if (last < info.revision) notice(`${count(info.revision - last, 'more event')}: --from ${last + 1}`);
     }));
 }

@@ -82,7 +82,7 @@ t.test('a DATA_DIR without an event log (a mistyped path) is refused, and left a
   t.notOk(existsSync(missing), 'nothing was created');
 });
 
-t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild stops and leaves nothing behind', async (t) => {
+t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild stops (SIGTERM too) and leaves nothing behind', async (t) => {
   const bigDir = join(dataDir, 'big');
   const total = 100_000;
   const writer = new EmbeddedEventStore(join(bigDir, 'events.db'));
@@ -100,25 +100,72 @@ t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild st
   const lines = tailed.stdout.split('\n').filter(Boolean).length;
   t.ok(lines < total / 2, `stopped after ${lines} of ${total} events`);
 
-  const rebuild = start(['projections', 'rebuild', 'projects', '--json'], big);
   const reads = new EmbeddedReadStore(join(bigDir, 'readmodels.db'));
   t.teardown(() => reads.close());
-  // Once, as an operator presses Ctrl-C: a second one ends the process at once.
-  const poll = setInterval(() => {
-    reads.rebuildCheckpoint('projects').then((slot) => {
-      if (slot && slot.position > 0 && poll.hasRef()) {
-        poll.unref();
-        rebuild.child.kill('SIGINT');
-      }
-    }, () => undefined);
-  }, 2);
-  const rebuilt = await rebuild.done;
-  clearInterval(poll);
-  t.equal(rebuilt.code, 130, rebuilt.stderr);
-  t.equal(rebuilt.stdout, '');
-  t.match(rebuilt.stderr, /^error: rebuild of projects interrupted; the live generation is unchanged\n$/);
-  t.equal(await reads.rebuildCheckpoint('projects'), undefined, 'no rebuild looks in progress');
-  t.match(await reads.checkpoint('projects'), { position: 0, generation: 1 }, 'the live generation is untouched');
+  // Ctrl-C, and SIGTERM as `timeout`, systemd or a job runner send it, with the exit code a shell shows for each.
+  for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+    const rebuild = start(['projections', 'rebuild', 'projects', '--json'], big);
+    // Once, as an operator presses Ctrl-C: a second one ends the process at once.
+    const poll = setInterval(() => {
+      reads.rebuildCheckpoint('projects').then((slot) => {
+        if (slot && slot.position > 0 && poll.hasRef()) {
+          poll.unref();
+          rebuild.child.kill(signal);
+        }
+      }, () => undefined);
+    }, 2);
+    const rebuilt = await rebuild.done;
+    clearInterval(poll);
+    t.equal(rebuilt.code, code, `${signal}: ${rebuilt.stderr}`);
+    t.equal(rebuilt.stdout, '');
+    t.match(rebuilt.stderr, /^error: rebuild of projects interrupted; the live generation is unchanged\n$/);
+    t.equal(await reads.rebuildCheckpoint('projects'), undefined, 'no rebuild looks in progress');
+    t.match(await reads.checkpoint('projects'), { position: 0, generation: 1 }, 'the live generation is untouched');
+  }
+});
+
+t.test('a mistyped option value fails before anything runs, naming what is expected', async (t) => {
+  const runs = await Promise.all([
+    ops('streams', 'list', '--limit', '-1'),
+    ops('stream', 'show', 'project-x', '--limit', '-5'),
+    ops('events', 'tail', '--count', '-1'),
+  ]);
+  for (const run of runs) {
+    t.equal(run.code, 1);
+    t.equal(run.stdout, '');
+    // Not "a non-negative integer": 0 is refused too.
+    t.match(run.stderr, /argument '-\d' is invalid\. expected a positive integer\n/);
+  }
+  // An unset shell variable or a stray comma names nothing: `events tail` must not follow every event instead.
+  const lists = [['events', 'tail', '--type', '', '--from', '0', '--count', '1'], ['events', 'tail', '--type', ' , ', '--from', '0', '--count', '1'],
+    ['keys', 'create', '--project', randomUUID(), '--scopes', '']];
+  // On the large log of the test above, where following every event would print some.
+  for (const run of await Promise.all(lists.map((args) => start(args, { DATA_DIR: join(dataDir, 'big') }).done))) {
+    t.equal(run.code, 1);
+    t.equal(run.stdout, '');
+    t.match(run.stderr, /^error: option '--(type|scopes) .*' argument '.*' is invalid\. expected one or more names, comma-separated\n/);
+  }
+});
+
+t.test('event data cannot send control sequences to the terminal of an operator reading the log', async (t) => {
+  const controls = { DATA_DIR: join(dataDir, 'controls') };
+  // What a client may store in a memory's text: C1 (U+009B is CSI; VTE and screen act on it), DEL and ESC.
+  const text = 'ok\u009b2J\u009b1Ahidden\u007f\u001b[31mred';
+  const writer = new EmbeddedEventStore(join(controls.DATA_DIR, 'events.db'));
+  const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() };
+  await writer.append('ops-controls', [{ id: randomUUID(), type: 'OpsTestPinged', data: { text }, metadata }, { id: randomUUID(), type: 'OpsTestPinged', data: {}, metadata }], 'no_stream');
+  await writer.close();
+  const page = await start(['stream', 'show', 'ops-controls', '--limit', '1'], controls).done;
+  t.equal(page.stderr, '1 more event: --from 1\n', 'the rest of the stream, counted');
+
+  const [table, tail, json] = await Promise.all([['stream', 'show', 'ops-controls'], ['events', 'tail', '--from', '0', '--count', '1'],
+    ['stream', 'show', 'ops-controls', '--json']].map((args) => start(args, controls).done));
+  for (const run of [table, tail]) {
+    t.equal(run.code, 0, run.stderr);
+    t.notMatch(run.stdout, /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/, 'no control character but line ends');
+    t.match(run.stdout, String.raw`ok\u009b2J\u009b1Ahidden\u007f\u001b[31mred`, 'each shown as its escape');
+  }
+  t.equal(JSON.parse(json.stdout)[0].data.text, text, '--json keeps the data exactly');
 });
 
 t.test('operator workflow on one data dir', async (t) => {
@@ -172,6 +219,13 @@ t.test('operator workflow on one data dir', async (t) => {
     const name = await ops('keys', 'create', '--project', project.project_id, '--name', 'k'.repeat(101));
     t.equal(name.code, 1);
     t.match(name.stderr, /--name/);
+    // The API's RFC 3339 date-time: no local time (an offset is required), no year past 9999.
+    for (const expires of ['2030-01-01T00:00', 'Jan 1 2030', '+010000-01-01T00:00:00Z']) {
+      const expiry = await ops('keys', 'create', '--project', project.project_id, '--expires-at', expires);
+      t.equal(expiry.code, 1, expires);
+      t.equal(expiry.stdout, '', 'no key');
+      t.match(expiry.stderr, /--expires-at .* expected an RFC 3339 date-time with its offset/);
+    }
     const longProject = await ops('projects', 'create', '--name', 'p'.repeat(201), '--tenant', 'acme');
     t.equal(longProject.code, 1);
     t.match(longProject.stderr, /--name/);
@@ -193,6 +247,13 @@ t.test('operator workflow on one data dir', async (t) => {
     const shown = await opsJson<unknown[]>('stream', 'show', stream, '--json');
     t.match(shown, [{ position: 1, revision: 0, type: 'ProjectCreated', actor: 'ops', correlation_id: /^[0-9a-f-]{36}$/,
       data: { project_id: project.project_id, name: 'Demo' } }]);
+    // For audits: the event's id and the whole of its metadata, as stored.
+    const log = new EmbeddedEventStore(join(dataDir, 'events.db'));
+    const [stored] = await log.readStream(stream, { limit: 1 });
+    await log.close();
+    t.same((shown as Array<{ id: string; metadata: unknown }>)[0]!.id, stored!.id, 'the event id');
+    t.same((shown as Array<{ id: string; metadata: unknown }>)[0]!.metadata, stored!.metadata, 'the whole metadata');
+    t.match(stored!.metadata, { causation_id: /./, project_id: project.project_id, occurred_at: /./ });
     const table = await ops('stream', 'show', stream);
     t.equal(table.code, 0);
     t.match(table.stdout, /POSITION\s+REVISION\s+TYPE/);
