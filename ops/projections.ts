@@ -29,9 +29,11 @@ const FAILING_EXIT_CODE = 3;
 
 /**
  * What stops a rebuild cleanly (its unfinished generation dropped), with the exit code a shell reports for a
- * process the signal ended: Ctrl-C, and SIGTERM, which `timeout`, service managers and job runners send first.
+ * process the signal ended: Ctrl-C, SIGTERM, which `timeout`, service managers and job runners send first, and
+ * SIGHUP, which a dropped ssh session sends (carrying on would leave a rebuild nobody watches, writing its
+ * progress to a terminal that is gone).
  */
-const STOP_SIGNALS = { SIGINT: 130, SIGTERM: 143 } as const;
+const STOP_SIGNALS = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
 type StopSignal = keyof typeof STOP_SIGNALS;
 
 export function projectionCommands(program: Command): void {

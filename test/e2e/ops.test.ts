@@ -82,7 +82,7 @@ t.test('a DATA_DIR without an event log (a mistyped path) is refused, and left a
   t.notOk(existsSync(missing), 'nothing was created');
 });
 
-t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild stops (SIGTERM too) and leaves nothing behind', async (t) => {
+t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild stops (SIGTERM and SIGHUP too) and leaves nothing behind', async (t) => {
   const bigDir = join(dataDir, 'big');
   const total = 100_000;
   const writer = new EmbeddedEventStore(join(bigDir, 'events.db'));
@@ -102,8 +102,9 @@ t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild st
 
   const reads = new EmbeddedReadStore(join(bigDir, 'readmodels.db'));
   t.teardown(() => reads.close());
-  // Ctrl-C, and SIGTERM as `timeout`, systemd or a job runner send it, with the exit code a shell shows for each.
-  for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+  // Ctrl-C, SIGTERM as `timeout`, systemd or a job runner send it, and SIGHUP from a dropped ssh session, with the
+  // exit code a shell shows for each.
+  for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]] as const) {
     const rebuild = start(['projections', 'rebuild', 'projects', '--json'], big);
     // Once, as an operator presses Ctrl-C: a second one ends the process at once.
     const poll = setInterval(() => {
