@@ -249,8 +249,9 @@ export async function readJsonBody(ctx: Koa.Context, types: string[] = ['applica
 /**
  * Bodies are read by koa-body (co-body, raw-body, inflation): at most 1 MiB after a gzip, deflate or br
  * Content-Encoding is undone (names are case-insensitive, RFC 9110 §8.4.1), a client that leaves before the
- * end noticed (see failOnAbort). It is asked for text in latin1, which maps every byte to one character, so the body's bytes
- * come back exactly: co-body's UTF-8 decoding would turn invalid bytes into U+FFFD before anyone could see them.
+ * end noticed (see failOnAbort). It is asked for text in latin1, which maps every byte to one character, so the
+ * body's bytes come back exactly: co-body's UTF-8 decoding would turn invalid bytes into U+FFFD before anyone
+ * could see them.
  */
 const readBodyText = koaBody({
   json: false,
