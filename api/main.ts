@@ -1,8 +1,19 @@
-import { loadConfig } from '../infra/config.js';
+import { ConfigError, loadConfig, type Config } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
 import { startCairn } from './app.js';
 
-const config = loadConfig();
+/** A setting Cairn cannot run with is one line on stderr and exit code 1, not a stack trace that reads like a crash. */
+function configOrExit(): Config {
+  try {
+    return loadConfig();
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    process.stderr.write(`cairn: configuration error: ${error.message}\n`);
+    process.exit(1);
+  }
+}
+
+const config = configOrExit();
 const log = createLogger(config.logLevel);
 const cairn = await startCairn({ config, log });
 log.info({

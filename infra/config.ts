@@ -63,17 +63,31 @@ export interface ProvidersConfig {
   };
 }
 
+/** A setting in the environment that Cairn cannot run with: the message names the variable and what it takes. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** pino's levels: a name outside them would fail later in the logger, without naming LOG_LEVEL. */
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function logLevel(env: NodeJS.ProcessEnv): string {
+  const value = optional(env.LOG_LEVEL)?.toLowerCase() ?? 'info';
+  if (!LOG_LEVELS.includes(value)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(env.LOG_LEVEL)}`);
+  return value;
+}
+
 function int(name: string, fallback: number, env: NodeJS.ProcessEnv): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0) throw new Error(`${name} must be a non-negative integer, got "${raw}"`);
+  if (!Number.isInteger(value) || value < 0) throw new ConfigError(`${name} must be a non-negative integer, got "${raw}"`);
   return value;
 }
 
 function bounded(name: string, fallback: number, min: number, max: number, env: NodeJS.ProcessEnv): number {
   const value = int(name, fallback, env);
-  if (value < min || value > max) throw new Error(`${name} must be an integer from ${min} to ${max}, got "${env[name]}"`);
+  if (value < min || value > max) throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got "${env[name]}"`);
   return value;
 }
 
@@ -95,14 +109,14 @@ function ownerToken(env: NodeJS.ProcessEnv): string | undefined {
   const raw = env.MEMORY_OWNER_TOKEN;
   if (raw === undefined || raw === '') return undefined;
   const value = raw.trim();
-  if (value === '') throw new Error('MEMORY_OWNER_TOKEN is set but blank: set a token, or set it empty (MEMORY_OWNER_TOKEN=) or unset it to run the memory service without one');
-  if (/\s/.test(value)) throw new Error('MEMORY_OWNER_TOKEN must not contain whitespace: it is sent as "Authorization: Bearer <token>"');
+  if (value === '') throw new ConfigError('MEMORY_OWNER_TOKEN is set but blank: set a token, or set it empty (MEMORY_OWNER_TOKEN=) or unset it to run the memory service without one');
+  if (/\s/.test(value)) throw new ConfigError('MEMORY_OWNER_TOKEN must not contain whitespace: it is sent as "Authorization: Bearer <token>"');
   return value;
 }
 
 function embeddingsProvider(env: NodeJS.ProcessEnv): EmbeddingsProviderKind {
   const raw = optional(env.EMBEDDINGS_PROVIDER)?.toLowerCase() ?? 'local';
-  if (raw !== 'local' && raw !== 'openai' && raw !== 'none') throw new Error(`EMBEDDINGS_PROVIDER must be local, openai or none, got "${raw}"`);
+  if (raw !== 'local' && raw !== 'openai' && raw !== 'none') throw new ConfigError(`EMBEDDINGS_PROVIDER must be local, openai or none, got "${raw}"`);
   return raw;
 }
 
@@ -110,7 +124,7 @@ function loadProviders(env: NodeJS.ProcessEnv): ProvidersConfig {
   const llmBaseUrl = optional(env.LLM_BASE_URL)?.replace(/\/+$/, '');
   const provider = embeddingsProvider(env);
   const embeddingsBaseUrl = optional(env.EMBEDDINGS_BASE_URL)?.replace(/\/+$/, '') ?? llmBaseUrl;
-  if (provider === 'openai' && !embeddingsBaseUrl) throw new Error('EMBEDDINGS_PROVIDER=openai needs EMBEDDINGS_BASE_URL or LLM_BASE_URL');
+  if (provider === 'openai' && !embeddingsBaseUrl) throw new ConfigError('EMBEDDINGS_PROVIDER=openai needs EMBEDDINGS_BASE_URL or LLM_BASE_URL');
   return {
     llm: {
       baseUrl: llmBaseUrl,
@@ -134,7 +148,7 @@ function allowedHosts(env: NodeJS.ProcessEnv): string[] | undefined {
   const value = optional(env.MEMORY_ALLOWED_HOSTS);
   if (value === undefined) return undefined;
   const hosts = value.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean);
-  if (hosts.length === 0) throw new Error(`MEMORY_ALLOWED_HOSTS is set but names no host (${JSON.stringify(value)}); unset it to accept any Host`);
+  if (hosts.length === 0) throw new ConfigError(`MEMORY_ALLOWED_HOSTS is set but names no host (${JSON.stringify(value)}); unset it to accept any Host`);
   return hosts;
 }
 
@@ -155,7 +169,7 @@ function authConfig(env: NodeJS.ProcessEnv): Config['auth'] {
   if (auth.jwksUrl) {
     const missing = [auth.issuer ? [] : ['AUTH_ISSUER'], auth.audience ? [] : ['AUTH_AUDIENCE']].flat();
     if (missing.length > 0) {
-      throw new Error(`AUTH_JWKS_URL needs ${missing.join(' and ')}: an identity provider signs tokens for other applications too, and only its iss and aud tell them apart`);
+      throw new ConfigError(`AUTH_JWKS_URL needs ${missing.join(' and ')}: an identity provider signs tokens for other applications too, and only its iss and aud tell them apart`);
     }
   }
   return auth;
@@ -164,8 +178,8 @@ function authConfig(env: NodeJS.ProcessEnv): Config['auth'] {
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     host: optional(env.HOST) ?? '127.0.0.1',
-    port: int('PORT', 8080, env),
-    memoryPort: int('MEMORY_PORT', 8081, env),
+    port: bounded('PORT', 8080, 0, 65535, env),
+    memoryPort: bounded('MEMORY_PORT', 8081, 0, 65535, env),
     dataDir: resolve(optional(env.DATA_DIR) ?? './data'),
     eventStoreUrl: optional(env.EVENTSTORE_URL),
     mongodbUrl: optional(env.MONGODB_URL),
@@ -180,7 +194,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ownerToken: ownerToken(env),
       allowedHosts: allowedHosts(env),
     },
-    logLevel: optional(env.LOG_LEVEL) ?? 'info',
+    logLevel: logLevel(env),
     providers: loadProviders(env),
   };
 }
@@ -190,5 +204,5 @@ function flag(name: string, fallback: boolean, env: NodeJS.ProcessEnv): boolean 
   if (value === undefined) return fallback;
   if (['true', '1', 'yes', 'on'].includes(value)) return true;
   if (['false', '0', 'no', 'off'].includes(value)) return false;
-  throw new Error(`${name} must be true or false, got ${JSON.stringify(env[name])}`);
+  throw new ConfigError(`${name} must be true or false, got ${JSON.stringify(env[name])}`);
 }

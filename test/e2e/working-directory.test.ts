@@ -1,6 +1,7 @@
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { once } from 'node:events';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TEST_JWT_SECRET } from '../support/cairn.js';
@@ -48,4 +49,25 @@ t.test('started from another working directory, the server runs its threads and 
   t.match(await found.json(), { results: [{ text: 'from elsewhere' }] }, 'and found through the projections');
   t.ok(existsSync(join(cwd, 'data', 'events.db')), 'the log is in ./data of the working directory');
   t.notMatch(out, /ERR_MODULE_NOT_FOUND|thread failed/, 'no thread failed to start');
+});
+
+t.test('a setting it cannot run with: one line on stderr naming it, exit code 1, no stack trace', async (t) => {
+  const parent = mkdtempSync(join(tmpdir(), 'cairn-config-'));
+  t.teardown(() => rmSync(parent, { recursive: true, force: true }));
+  const dataDir = join(parent, 'data');
+  for (const [name, value, message] of [
+    ['PORT', 'abc', 'PORT must be a non-negative integer, got "abc"'],
+    ['PORT', '70000', 'PORT must be an integer from 0 to 65535, got "70000"'],
+    ['LOG_LEVEL', 'verbose', 'LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"'],
+  ]) {
+    const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), join(root, 'api/main.ts')], {
+      cwd: root, env: { ...process.env, [name!]: value, DATA_DIR: dataDir }, stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr!.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
+    const [code] = await once(child, 'exit');
+    t.equal(code, 1, `${name}=${value}: exit code 1`);
+    t.equal(stderr, `cairn: configuration error: ${message}\n`, `${name}=${value}: one line`);
+  }
+  t.notOk(existsSync(dataDir), 'nothing was created');
 });

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { loadConfig } from '../../infra/config.js';
+import { ConfigError, loadConfig } from '../../infra/config.js';
 
 t.test('the LLM key only goes to the LLM base URL', async (t) => {
   const base = { LLM_BASE_URL: 'https://llm.example/v1', LLM_API_KEY: 'sk-llm', EMBEDDINGS_PROVIDER: 'openai' };
@@ -43,4 +43,19 @@ t.test('AUTH_SESSION_MAX_AGE: 24 h by default, 60 s to a year', async (t) => {
   t.throws(() => loadConfig({ AUTH_SESSION_MAX_AGE: '59' }), /AUTH_SESSION_MAX_AGE must be an integer from 60 to 31536000/);
   t.equal(loadConfig({ AUTH_SESSION_MAX_AGE: '31536000' }).auth.sessionMaxAgeSeconds, 31_536_000);
   t.throws(() => loadConfig({ AUTH_SESSION_MAX_AGE: '31536001' }), /AUTH_SESSION_MAX_AGE/);
+});
+
+t.test('ports: integers from 0 (any free port) to 65535', async (t) => {
+  t.equal(loadConfig({ PORT: '65535' }).port, 65535);
+  t.equal(loadConfig({ MEMORY_PORT: '0' }).memoryPort, 0);
+  t.throws(() => loadConfig({ PORT: '65536' }), new ConfigError('PORT must be an integer from 0 to 65535, got "65536"'));
+  t.throws(() => loadConfig({ MEMORY_PORT: '70000' }), /MEMORY_PORT must be an integer from 0 to 65535/);
+  t.throws(() => loadConfig({ PORT: 'abc' }), /PORT must be a non-negative integer, got "abc"/);
+});
+
+t.test('LOG_LEVEL: one of pino\'s levels, in any case', async (t) => {
+  t.equal(loadConfig({}).logLevel, 'info');
+  t.equal(loadConfig({ LOG_LEVEL: 'WARN' }).logLevel, 'warn');
+  for (const level of ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']) t.equal(loadConfig({ LOG_LEVEL: level }).logLevel, level);
+  t.throws(() => loadConfig({ LOG_LEVEL: 'verbose' }), new ConfigError('LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"'));
 });
