@@ -17,7 +17,7 @@ export class Validator<T = unknown> {
     const value = this.convert ? convertStrings(this.schema, input) : input;
     if (this.compiled.Check(value)) return value as T;
     const errors: ProblemFieldError[] = [];
-    for (const e of this.compiled.Errors(value)) {
+    for (const e of collapseChoices([...this.compiled.Errors(value)])) {
       if (e.keyword === 'boolean') continue; // additionalProperties: false reports each field twice
       errors.push(describe(e, value, this.location));
     }
@@ -43,6 +43,27 @@ function convertStrings(schema: TSchema, input: unknown): unknown {
   return out;
 }
 
+type SchemaError = { keyword: string; schemaPath: string; instancePath: string; params: Record<string, unknown>; message: string };
+
+/**
+ * A value outside a choice of constants (`Type.Union` of literals, perhaps with null) fails each branch and
+ * then the union: one "must be equal to constant" per allowed value and "must match a schema in anyOf",
+ * none of them naming a value. Those become one error listing what is allowed.
+ */
+function collapseChoices(errors: SchemaError[]): SchemaError[] {
+  const dropped = new Set<SchemaError>();
+  const replaced = new Map<SchemaError, SchemaError>();
+  for (const union of errors) {
+    if (union.keyword !== 'anyOf') continue;
+    const branches = errors.filter((e) => e !== union && e.instancePath === union.instancePath && e.schemaPath.startsWith(`${union.schemaPath}/anyOf/`));
+    const choices = branches.map((e) => (e.keyword === 'const' ? JSON.stringify(e.params.allowedValue) : e.keyword === 'type' && e.params.type === 'null' ? 'null' : undefined));
+    if (branches.length === 0 || choices.includes(undefined)) continue;
+    for (const b of branches) dropped.add(b);
+    replaced.set(union, { ...union, keyword: 'enum', message: `must be one of ${choices.join(', ')}` });
+  }
+  return errors.filter((e) => !dropped.has(e)).map((e) => replaced.get(e) ?? e);
+}
+
 function pointerGet(value: unknown, pointer: string): unknown {
   let current = value;
   for (const raw of pointer.split('/').slice(1)) {
@@ -53,7 +74,7 @@ function pointerGet(value: unknown, pointer: string): unknown {
   return current;
 }
 
-function describe(e: { keyword: string; instancePath: string; params: Record<string, unknown>; message: string }, root: unknown, location: Location): ProblemFieldError {
+function describe(e: SchemaError, root: unknown, location: Location): ProblemFieldError {
   const path = e.instancePath.replace(/^\//, '').replace(/\//g, '.');
   if (e.keyword === 'additionalProperties') {
     const names = (e.params.additionalProperties as string[] | undefined) ?? [];

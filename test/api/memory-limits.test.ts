@@ -136,7 +136,9 @@ t.test('limit: integer 1-100', async (t) => {
   for (const limit of [0, 101, 5.5, -1, '5', null]) is400(t, await post('/v1/search', { scope, query: 'x', limit }), 'body.limit', `limit ${JSON.stringify(limit)}`);
   is400(t, await post('/v1/context', { scope, query: 'x', limit: 101 }), 'body.limit', 'context limit 101');
   is400(t, await post('/v1/chat', { scope, query: 'x', limit: 0 }), 'body.limit', 'chat limit 0');
-  is400(t, await post('/v1/search', { scope, query: 'x', mode: 'fuzzy' }), 'body.mode', 'unknown mode');
+  const fuzzy = await post('/v1/search', { scope, query: 'x', mode: 'fuzzy' });
+  is400(t, fuzzy, 'body.mode', 'unknown mode');
+  t.same(fuzzy.body.errors, [{ location: 'body.mode', message: 'must be one of "lexical", "semantic", "hybrid"', value: 'fuzzy' }], 'one error naming the modes');
 });
 
 t.test('personality: non-empty, at most 8,192 bytes', async (t) => {

@@ -335,6 +335,12 @@ t.test('key creation: expires_at at least a millisecond ahead; scopes 1-6 distin
   await refused(await create({ scopes: [] }), 'body.scopes', 'no scope');
   await refused(await create({ scopes: [...all, 'config:read'] }), 'body.scopes', 'seven: one repeated');
   await refused(await create({ scopes: ['config:read', 'config:read'] }), 'body.scopes', 'a scope twice');
+  // A value outside the choice is one error that lists the choice, not one "must be equal to constant" per scope.
+  const unknown = await create({ scopes: ['config:read', 'bogus'] });
+  t.equal(unknown.status, 400, 'an unknown scope');
+  t.same(((await unknown.json()) as { errors: unknown[] }).errors, [{
+    location: 'body.scopes.1', message: 'must be one of "*", "agents:read", "agents:write", "config:read", "config:write", "projects:read"', value: 'bogus',
+  }], 'one error naming every scope');
 });
 
 t.test('key creation: a repeat with the same Idempotency-Key is 409, and a slow read model never loses the secret', async (t) => {

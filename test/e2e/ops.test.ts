@@ -216,7 +216,7 @@ t.test('operator workflow on one data dir', async (t) => {
   await t.test('keys create and projects create take only what the API would', async (t) => {
     const scopes = await ops('keys', 'create', '--project', project.project_id, '--scopes', 'root,agents:read');
     t.equal(scopes.code, 1);
-    t.match(scopes.stderr, /--scopes/);
+    t.equal(scopes.stderr, 'error: --scopes: must be one of "*", "agents:read", "agents:write", "config:read", "config:write", "projects:read"\n', 'once, naming every scope');
     const name = await ops('keys', 'create', '--project', project.project_id, '--name', 'k'.repeat(101));
     t.equal(name.code, 1);
     t.match(name.stderr, /--name/);
