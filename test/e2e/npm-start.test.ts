@@ -1,0 +1,50 @@
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort } from '../support/net.js';
+
+const root = new URL('../..', import.meta.url).pathname;
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * `npm start` as a service manager or a container runtime runs it: stopping it is a SIGTERM to npm, which
+ * passes it on to its child only. The server must be that child (not a shell or a tsx launcher in between,
+ * which would be killed while the server carried on, orphaned, holding its ports and the data directory).
+ */
+t.test('npm start: a SIGTERM to npm stops the server gracefully', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-npm-start-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  const [port, memoryPort] = [await freePort(), await freePort()];
+  const npm = spawn('npm', ['start'], {
+    cwd: root, env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), MEMORY_PORT: String(memoryPort), LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  npm.stdout!.on('data', (chunk: Buffer) => { out += chunk.toString(); });
+  npm.stderr!.on('data', (chunk: Buffer) => { out += chunk.toString(); });
+  const started = await new Promise<{ pid: number }>((resolve, reject) => {
+    npm.stdout!.on('data', () => {
+      const line = out.split('\n').find((l) => l.includes('"cairn started"'));
+      if (line) resolve(JSON.parse(line) as { pid: number });
+    });
+    npm.once('exit', (code) => reject(new Error(`npm start exited with ${code}: ${out}`)));
+  });
+  t.teardown(() => { if (alive(started.pid)) process.kill(started.pid, 'SIGKILL'); });
+  t.equal((await fetch(`http://127.0.0.1:${memoryPort}/healthz`)).status, 200, 'serving');
+
+  npm.kill('SIGTERM');
+  const deadline = Date.now() + 15_000;
+  while (alive(started.pid) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+  t.notOk(alive(started.pid), 'the server process has exited');
+  t.match(out, /"signal":"SIGTERM","msg":"stopping"/, 'after stopping on the signal, as on Ctrl-C');
+  await t.rejects(fetch(`http://127.0.0.1:${memoryPort}/healthz`), 'its port is closed');
+});
