@@ -6,7 +6,7 @@ import type { Duplex } from 'node:stream';
 import { stringify as toYaml } from 'yaml';
 import type { RequestMeta } from '../../commands/bus.js';
 import { DomainError, type DomainErrorKind } from '../../domain/shared/decider.js';
-import { DuplicateEventIdError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
+import { DuplicateEventIdError, StorageFullError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import type { Logger } from '../../infra/logger.js';
 import { InvalidCursorError } from '../../infra/readstore/port.js';
 import { ConsistencyTimeoutError } from '../../projections/runner.js';
@@ -53,6 +53,7 @@ export function toProblemError(error: unknown): ProblemError {
     return new ProblemError(409, 'concurrency-conflict', 'the resource was changed concurrently; retry the request', { stream: error.stream });
   }
   if (error instanceof DuplicateEventIdError) return new ProblemError(409, 'duplicate-request', 'this request id was already used for a different change');
+  if (error instanceof StorageFullError) return new ProblemError(507, 'storage-full', 'the server\'s storage is full: nothing of this request was written; retry once space has been freed');
   if (error instanceof ConsistencyTimeoutError) {
     return new ProblemError(503, 'not-caught-up', error.message, { headers: { 'Retry-After': '1' } });
   }
@@ -114,6 +115,8 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       // An unexpected error is logged with its stack; a deliberate 5xx (a provider failure, whose route already
       // logged the upstream reply; a missing configuration; a read-model wait that timed out) only says which.
       if (problem.slug === 'internal') logger().error({ err: error }, 'request failed');
+      // Every write fails until an operator frees space: an error to alert on, though not a defect (no stack).
+      else if (problem.slug === 'storage-full') logger().error({ status: problem.status, problem: problem.slug, detail: (error as Error).message }, 'request failed: storage full');
       else if (problem.status >= 500) logger().warn({ status: problem.status, problem: problem.slug, detail: problem.detail }, 'request failed');
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';

@@ -56,6 +56,7 @@ export const PROBLEM_TYPES = {
   'request-timeout': { statuses: [408], meaning: 'The request was not received in time.' },
   conflict: { statuses: [409], meaning: 'The change conflicts with the current state: the project, agent or key exists already, or the agent name is taken (`agent_id` names its holder).' },
   'concurrency-conflict': { statuses: [409], meaning: 'The resource kept being changed concurrently while the command was retried (`stream` names it): send the request again.' },
+  'storage-full': { statuses: [507], meaning: 'The server\'s storage (the event log\'s disk) is full: nothing of the request was written. Writes succeed again once an operator has freed space; read models on the same disk stall meanwhile (reads that wait for them answer `not-caught-up`) and catch up then.' },
   'duplicate-request': { statuses: [409], meaning: 'The events this request would append (their ids derive from its Idempotency-Key) are already in the log elsewhere: a repeat that cannot be answered as a replay. Nothing was written.' },
   'idempotency-replay': { statuses: [409], meaning: 'Platform: a key creation repeated with its Idempotency-Key; the key exists, but its secret cannot be shown again.' },
   'concurrent-delete': { statuses: [409], meaning: 'Memory service: a store changed nothing (the text was already held), and a concurrent request deleted that memory before the answer could be read; sending the store again stores the text anew.' },

@@ -1,5 +1,5 @@
 import type Database from 'better-sqlite3';
-import { DuplicateEventIdError, WrongExpectedVersionError } from './errors.js';
+import { DuplicateEventIdError, StorageFullError, WrongExpectedVersionError } from './errors.js';
 import type { AppendResult, ExpectedRevision, NewEvent } from './port.js';
 
 export const SCHEMA = `
@@ -40,11 +40,12 @@ export interface AppendRequest {
 export type AppendOutcome =
   /** `written`: false when the append was an idempotent replay of events already in the log. */
   | { ok: true; result: AppendResult; written: boolean; also?: Array<{ result: AppendResult; written: boolean }> }
-  | { ok: false; error: { name: string; message: string; stream?: string; expected?: ExpectedRevision; actual?: number | 'no_stream'; eventId?: string } };
+  | { ok: false; error: { name: string; message: string; code?: string; stream?: string; expected?: ExpectedRevision; actual?: number | 'no_stream'; eventId?: string } };
 
 export function reviveError(error: Extract<AppendOutcome, { ok: false }>['error']): Error {
   if (error.name === 'WrongExpectedVersionError') return new WrongExpectedVersionError(error.stream!, error.expected!, error.actual!);
   if (error.name === 'DuplicateEventIdError') return new DuplicateEventIdError(error.eventId!, error.stream!);
+  if (error.code === 'SQLITE_FULL') return new StorageFullError(`the event log's storage is full: ${error.message}`);
   return Object.assign(new Error(error.message), { name: error.name });
 }
 
@@ -53,8 +54,9 @@ function outcomeOf(error: unknown): AppendOutcome {
     return { ok: false, error: { name: error.name, message: error.message, stream: error.stream, expected: error.expected, actual: error.actual } };
   }
   if (error instanceof DuplicateEventIdError) return { ok: false, error: { name: error.name, message: error.message, stream: error.stream, eventId: error.eventId } };
-  const e = error as Error;
-  return { ok: false, error: { name: e?.name ?? 'Error', message: e?.message ?? String(error) } };
+  const e = error as Error & { code?: unknown };
+  const code = typeof e?.code === 'string' ? { code: e.code } : {};
+  return { ok: false, error: { name: e?.name ?? 'Error', message: e?.message ?? String(error), ...code } };
 }
 
 export function openWritable(db: Database.Database): void {

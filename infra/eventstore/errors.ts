@@ -19,3 +19,11 @@ export class DuplicateEventIdError extends Error {
     super(`event id ${eventId} already exists in another stream or position`);
   }
 }
+
+/**
+ * The log's storage is full (SQLite's SQLITE_FULL: the disk, or a size limit): the append was refused and
+ * nothing of it was written (the transaction rolled back). Maps to 507; appends succeed again once space is freed.
+ */
+export class StorageFullError extends Error {
+  override readonly name = 'StorageFullError';
+}
