@@ -6,20 +6,19 @@ import { CommandBus } from '../commands/bus.js';
 import { apiKeyDecider, apiKeyStream } from '../domain/apikeys/decider.js';
 import { notice, writeSecret } from './output.js';
 import { loadProject } from './projects.js';
-import { CreateApiKeyBody } from '../api/platform/keys/schemas.js';
+import { CreateApiKeyBody, expiryProblem } from '../api/platform/keys/schemas.js';
 import { commaList, opsRequestMeta, validateAsApi, withStores } from './runtime.js';
 
 /**
- * `--expires-at` as the API takes `expires_at`: its schema's RFC 3339 date-time, offset included. Date.parse
- * alone would read `2030-01-01T00:00` in the operator's time zone, and take years past 9999, which would be
- * stored in a form the API cannot return.
+ * `--expires-at` as the API takes `expires_at`: its schema's RFC 3339 date-time, offset included, and its rule
+ * (expiryProblem). Date.parse alone would read `2030-01-01T00:00` in the operator's time zone, and take years
+ * past 9999, which would be stored in a form the API cannot return.
  */
 function futureInstant(raw: string): string {
   if (!IsDateTime(raw)) throw new InvalidArgumentError('expected an RFC 3339 date-time with its offset, such as 2030-01-01T00:00:00Z');
-  const time = Date.parse(raw);
-  if (Number.isNaN(time)) throw new InvalidArgumentError('must be a date-time JavaScript can represent (second 60, a leap second, is not)');
-  if (time <= Date.now()) throw new InvalidArgumentError('must be in the future');
-  return new Date(time).toISOString();
+  const problem = expiryProblem(raw, Date.now());
+  if (problem) throw new InvalidArgumentError(problem);
+  return new Date(raw).toISOString();
 }
 
 export function keyCommands(program: Command): void {

@@ -12,7 +12,7 @@ import { check, nonBlank } from '../../http/validation.js';
 import { Success } from '../../shared/schemas.js';
 import { requireProject, type PlatformDeps } from '../context.js';
 import { generateApiKey } from '../../../infra/apikeys.js';
-import { ApiKeyCreated, ApiKeyItem, CreateApiKeyBody, KeyParams, ProjectKeyParams } from './schemas.js';
+import { ApiKeyCreated, ApiKeyItem, CreateApiKeyBody, expiryProblem, KeyParams, ProjectKeyParams } from './schemas.js';
 
 const KEY_ID_NAMESPACE = '0b7e6c1a-52f4-4e0e-8d3b-7a9c2e4f6d10';
 
@@ -38,18 +38,15 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       async handler({ params, body, principal, meta, signal }) {
         const project = await requireProject(deps, principal, params.projectId);
         const expiresAt = body.expires_at ?? null;
-        // RFC 3339 allows second 60 (a leap second), which JavaScript dates cannot hold.
-        const expiry = expiresAt === null ? null : Date.parse(expiresAt);
-        check(nonBlank('body.name', body.name), expiry !== null && Number.isNaN(expiry)
-          ? { location: 'body.expires_at', message: 'must be a date-time JavaScript can represent (second 60, a leap second, is not)', value: expiresAt }
-          : expiry !== null && expiry <= clock().getTime() ? { location: 'body.expires_at', message: 'must be in the future', value: expiresAt } : undefined);
+        const expiry = expiresAt === null ? undefined : expiryProblem(expiresAt, clock().getTime());
+        check(nonBlank('body.name', body.name), expiry === undefined ? undefined : { location: 'body.expires_at', message: expiry, value: expiresAt });
         // With an Idempotency-Key the retried request targets the same key stream; its secret cannot be
         // shown twice, so a replay answers 409 rather than handing out a key that was never stored.
         const keyId = meta.request_key.startsWith('idem:') ? uuidv5(`${project.project_id}/${meta.request_key}`, KEY_ID_NAMESPACE) : randomUUID();
         const { key, prefix, hash } = generateApiKey();
         const data = {
           key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name?.trim() ?? 'default',
-          key_prefix: prefix, key_hash: hash, scopes: body.scopes ?? ['*'], expires_at: expiry !== null ? new Date(expiry).toISOString() : null,
+          key_prefix: prefix, key_hash: hash, scopes: body.scopes ?? ['*'], expires_at: expiresAt === null ? null : new Date(expiresAt).toISOString(),
         };
         const replayed = () => new ProblemError(409, 'idempotency-replay', 'this Idempotency-Key already created a key; its secret cannot be shown again');
         // The command carries the new secret's hash, so a repeat never matches the first request: it is

@@ -13,6 +13,17 @@ export const CreateApiKeyBody = Type.Object({
 }, { additionalProperties: false });
 export type CreateApiKeyBody = Static<typeof CreateApiKeyBody>;
 
+/**
+ * Why an `expires_at` that passed the schema's date-time format cannot be a key's expiry, or undefined: RFC 3339
+ * allows second 60 (a leap second), which JavaScript dates cannot hold, and the time must lie after `now` (ms).
+ * The API and the operator CLI apply the same rule.
+ */
+export function expiryProblem(expiresAt: string, now: number): string | undefined {
+  const time = Date.parse(expiresAt);
+  if (Number.isNaN(time)) return 'must be a date-time JavaScript can represent (second 60, a leap second, is not)';
+  return time <= now ? 'must be in the future' : undefined;
+}
+
 export const ProjectKeyParams = Type.Object({ projectId: Uuid }, { additionalProperties: false });
 export const KeyParams = Type.Object({ projectId: Uuid, keyId: Uuid }, { additionalProperties: false });
 
