@@ -83,7 +83,6 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     const requestId = given && REQUEST_ID.test(given) ? given : randomUUID();
     // Absent is no key; sent empty is a malformed one (a client that meant to send a key must not get creates repeated).
     const sentKey = ctx.req.headers['idempotency-key'] === undefined ? undefined : ctx.get('Idempotency-Key');
-    const idempotencyKey = sentKey ?? '';
     ctx.set('X-Request-Id', requestId);
     // The request's logger is made when something logs (most requests at LOG_LEVEL=warn log nothing).
     let child: Logger | undefined;
@@ -94,7 +93,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       causation_id: requestId,
       actor: 'anonymous',
       // Only an Idempotency-Key makes a repeated request a replay; request ids just correlate.
-      request_key: idempotencyKey ? `idem:${idempotencyKey}` : randomUUID(),
+      request_key: sentKey ? `idem:${sentKey}` : randomUUID(),
       sequence: { next: 0 },
     };
     ctx.state.meta = meta;

@@ -424,8 +424,7 @@ function duplicateName(text: string): { location: string; name: string } {
   for (let i = 0; i < text.length;) {
     const c = text[i]!;
     if (c === '{' || c === '[') {
-      frames.push({ names: c === '{' ? new Set() : undefined, key: '', index: 0 });
-      if (c === '[') frames.at(-1)!.key = '0';
+      frames.push(c === '{' ? { names: new Set(), key: '', index: 0 } : { key: '0', index: 0 });
       i++;
     } else if (c === '}' || c === ']') {
       frames.pop();
