@@ -10,6 +10,7 @@ import type { ReadStore } from '../infra/readstore/port.js';
 import { openStores } from '../infra/stores.js';
 import { Throttle } from '../infra/throttle.js';
 import { startProjectionHost, type ProjectionHost } from '../projections/host.js';
+import { aheadFix, readModelsAhead, ReadModelsAheadError } from '../projections/ahead.js';
 import { readiness } from '../projections/health.js';
 import { answerClientErrors } from './http/app.js';
 import { healthRoutes } from './http/health.js';
@@ -20,6 +21,7 @@ import { createPlatformApp } from './platform/app.js';
 import { platformAuthenticator, type KeyUse } from './platform/auth.js';
 import type { PlatformDeps } from './platform/context.js';
 import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
 
 export interface Cairn {
   platformUrl: string;
@@ -57,6 +59,8 @@ function listen(app: Koa, host: string, port: number): Promise<Server> {
   });
 }
 
+const closeStores = (events: EventStore, reads: ReadStore) => Promise.allSettled([reads.close(), events.close()]);
+
 const urlOf = (server: Server) => {
   const { address, port } = server.address() as AddressInfo;
   return `http://${address.includes(':') ? `[${address}]` : address}:${port}`;
@@ -68,6 +72,14 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   const clock = options.clock ?? (() => new Date());
   const log = options.log ?? createLogger(config.logLevel);
   const { events, reads } = await openStores(config, { checkpointer: !config.projectionsThread });
+  const { end, ahead } = await readModelsAhead(events, reads).catch(async (error: unknown) => {
+    await closeStores(events, reads);
+    throw error;
+  });
+  if (ahead.length > 0) {
+    await closeStores(events, reads);
+    throw new ReadModelsAheadError(ahead, end, aheadFix(config.mongodbUrl ? undefined : join(config.dataDir, 'readmodels.db')));
+  }
   const bus = new CommandBus(events, clock);
 
   let projections: ProjectionHost | undefined;

@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig, type Config } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
+import { ReadModelsAheadError } from '../projections/ahead.js';
 import { startCairn } from './app.js';
 
 /** A setting Cairn cannot run with is one line on stderr and exit code 1, not a stack trace that reads like a crash. */
@@ -15,7 +16,12 @@ function configOrExit(): Config {
 
 const config = configOrExit();
 const log = createLogger(config.logLevel);
-const cairn = await startCairn({ config, log });
+const cairn = await startCairn({ config, log }).catch((error: unknown) => {
+  // Refused on purpose, with what to do about it: one line, like a configuration error.
+  if (!(error instanceof ReadModelsAheadError)) throw error;
+  process.stderr.write(`cairn: cannot start: ${error.message}\n`);
+  process.exit(1);
+});
 log.info({
   platform: `${cairn.platformUrl}/api/v1`, memory: cairn.memoryUrl,
   event_store: cairn.events.kind, read_store: cairn.reads.kind, data_dir: config.dataDir,

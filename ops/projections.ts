@@ -41,7 +41,7 @@ export function projectionCommands(program: Command): void {
 
   projections.command('status').description('checkpoint, head, lag and failure of every projection')
     .option('--json', 'print JSON')
-    .addHelpText('after', `\nExit code: 0 when no projection is failing, ${FAILING_EXIT_CODE} when one is (after printing the status), 1 when the status could not be read.`)
+    .addHelpText('after', `\nExit code: 0 when no projection is failing, ${FAILING_EXIT_CODE} when one is failing or its checkpoint lies past the log's end (after printing the status), 1 when the status could not be read.`)
     .action(async (opts: { json?: boolean }) => withStores(async ({ events, reads }) => {
       // So that projections that never ran are listed too, with lag = head.
       for (const p of known()) await reads.register(p.name, p.collections);
@@ -52,14 +52,20 @@ export function projectionCommands(program: Command): void {
       }));
       if (opts.json) printJson(rows);
       else {
-        printTable(rows.map(({ lag_at_least: atLeast, ...r }) => ({
-          ...r, lag: atLeast ? `${r.lag}+` : r.lag, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position}`,
+        printTable(rows.map(({ lag_at_least: atLeast, ahead, ...r }) => ({
+          ...r, lag: ahead ? 'AHEAD of the log' : atLeast ? `${r.lag}+` : r.lag, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position}`,
           failing: r.failing && `${r.failing.count}x since ${r.failing.since} (last ${r.failing.last_at}): ${r.failing.message}`,
         })),
           ['projection', 'position', 'head', 'lag', 'generation', 'updated_at', 'rebuilding', 'failing']);
       }
       const failing = rows.filter((r) => r.failing).map((r) => r.projection);
-      if (failing.length > 0) throw new OpsError(`failing projection${failing.length === 1 ? '' : 's'}: ${failing.join(', ')}`, FAILING_EXIT_CODE);
+      const ahead = rows.filter((r) => r.ahead).map((r) => r.projection);
+      const problems = [
+        ...(failing.length > 0 ? [`failing projection${failing.length === 1 ? '' : 's'}: ${failing.join(', ')}`] : []),
+        // The server refuses to start on such read models (see readModelsAhead); a rebuild from this log mends them.
+        ...(ahead.length > 0 ? [`ahead of the event log (built from another or a longer log; rebuild): ${ahead.join(', ')}`] : []),
+      ];
+      if (problems.length > 0) throw new OpsError(problems.join('; '), FAILING_EXIT_CODE);
     }));
 
   projections.command('rebuild').description('rebuild a read model from position 0 beside the live one, then swap it in')

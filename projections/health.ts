@@ -114,32 +114,38 @@ async function probeStore<T>(store: string, probe: (left: () => Bound) => Promis
  */
 export async function readiness(
   host: { health(): HostHealth },
-  stores: { events: Pick<EventStore, 'headPosition' | 'countAfter'>; reads: Pick<ReadStore, 'listCheckpoints'> },
+  stores: { events: Pick<EventStore, 'headPosition' | 'endPosition' | 'countAfter'>; reads: Pick<ReadStore, 'listCheckpoints'> },
   maxLag?: number,
 ): Promise<Readiness> {
   const { thread, projections } = host.health();
   const limit = Math.max(READY_LAG_COUNT_LIMIT, (maxLag ?? 0) + 1);
   // The event store's probe is the head and the lags, the queries this answer needs from it anyway; the
   // head is reported even if counting a lag then fails.
-  const known: { head: number | null } = { head: null };
+  const known: { head: number | null; end: number | null } = { head: null, end: null };
   const [events, reads] = await Promise.all([
     probeStore('event store', async (left) => {
-      const head = known.head = await stores.events.headPosition(left());
+      const [head, end] = await Promise.all([stores.events.headPosition(left()), stores.events.endPosition(left())]);
+      Object.assign(known, { head, end });
       const bound = left();
       return Promise.all(projections.map((p) => lagOf(stores.events, p.position, head, limit, bound)));
     }),
     probeStore('read store', (left) => stores.reads.listCheckpoints(left())),
   ]);
+  // Positions read before the log's end: past it means built from another or a longer log (see readModelsAhead),
+  // e.g. the log restored from an older backup under a running node. Its runner skips whatever is appended now.
+  const ahead = (p: RunnerHealth) => known.end !== null && p.position > known.end;
   const rows = projections.map((p, i): ProjectionReadiness => {
     const lag: Pick<ProjectionReadiness, 'lag' | 'lag_at_least'> = events.state === 'ok' ? events.value[i]! : { lag: null };
-    return { ...p, ...lag, ready: !p.failing && (maxLag === undefined || lag.lag === null || lag.lag <= maxLag) };
+    return { ...p, ...lag, ready: !p.failing && !ahead(p) && (maxLag === undefined || lag.lag === null || lag.lag <= maxLag) };
   });
   const reasons = [
     ...[events, reads].flatMap((probe) => (probe.state === 'ok' ? [] : [probe.reason])),
     ...(thread.state === 'running' ? [] : [`the projection thread is ${thread.state}`]),
     ...rows.filter((r) => !r.ready).map((r) => (r.failing
       ? `${r.projection} is failing (${r.failing.count} failed attempt${r.failing.count === 1 ? '' : 's'} since ${r.failing.since}): ${r.failing.message}`
-      : `${r.projection} is ${r.lag}${r.lag_at_least ? '+' : ''} events behind the log (READY_MAX_LAG ${maxLag})`)),
+      : ahead(r)
+        ? `${r.projection} is at position ${r.position}, past the end of the event log (${known.end}): built from another or a longer log; rebuild it`
+        : `${r.projection} is ${r.lag}${r.lag_at_least ? '+' : ''} events behind the log (READY_MAX_LAG ${maxLag})`)),
   ];
   return {
     ready: reasons.length === 0,

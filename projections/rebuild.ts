@@ -1,5 +1,6 @@
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { CheckpointInfo, ReadStore } from '../infra/readstore/port.js';
+import { projectionAhead } from './ahead.js';
 import type { Projection } from './projection.js';
 
 const BATCH = 1000;
@@ -61,7 +62,9 @@ async function rebuildFrom(
       // Narrows (not closes) the window in which a rebuild started since our last batch would be swapped in instead.
       const current = await reads.rebuildCheckpoint(name);
       if (current?.generation !== generation) throw new RebuildSupersededError(name);
-      const { swapped, live } = await reads.finishRebuild(name);
+      // A live checkpoint past the log's end was never this log's (see readModelsAhead): it does not hold the swap back.
+      const stale = await projectionAhead(events, reads, name);
+      const { swapped, live } = await reads.finishRebuild(name, stale ? { stale } : undefined);
       if (swapped) return live;
       // The live runner applied events past ours meanwhile (or stored a position past the last event this
       // log returns, e.g. after EventStoreDB system events): catch up with it, then swap.

@@ -38,6 +38,8 @@ export interface ProjectionStatus {
   updated_at: string | null;
   /** As the projection's runner last recorded it (see ReadStore.recordFailure); null when it is not failing. */
   failing: ProjectionFailure | null;
+  /** The checkpoint lies past the log's end: the read model was built from another or a longer log (see readModelsAhead). */
+  ahead: boolean;
 }
 
 /**
@@ -389,9 +391,10 @@ function delay(ms: number): Promise<typeof IDLE> {
 /** Where `projections status` stops counting a projection's lag (reading that many events from EventStoreDB takes a moment). */
 export const LAG_COUNT_LIMIT = 100_000;
 
-export async function projectionStatus(events: EventStore, store: ReadStore, checkpoints?: CheckpointInfo[]): Promise<ProjectionStatus[]> {
-  const head = await events.headPosition();
-  const list = checkpoints ?? (await store.listCheckpoints());
+export async function projectionStatus(events: EventStore, store: ReadStore): Promise<ProjectionStatus[]> {
+  const list = await store.listCheckpoints();
+  // Read after the checkpoints: a node appending and projecting meanwhile cannot make one look ahead.
+  const [head, end] = [await events.headPosition(), await events.endPosition()];
   return Promise.all(list.map(async (cp) => ({
     projection: cp.projection,
     position: cp.position,
@@ -400,5 +403,6 @@ export async function projectionStatus(events: EventStore, store: ReadStore, che
     generation: cp.generation,
     updated_at: cp.updated_at,
     failing: cp.failure ?? null,
+    ahead: cp.position > end,
   })));
 }

@@ -348,6 +348,11 @@ export class EmbeddedEventStore implements EventStore {
     return this.stmt.head.get()?.p ?? 0;
   }
 
+  /** The log holds only events: its end is its head. */
+  async endPosition(): Promise<number> {
+    return this.headPosition();
+  }
+
   async countAfter(position: number, max: number): Promise<number> {
     return this.db.prepare<[number, number], { n: number }>('SELECT COUNT(*) AS n FROM (SELECT 1 FROM events WHERE position > ? LIMIT ?)').get(position, max)!.n;
   }

@@ -262,6 +262,12 @@ export class EsdbEventStore implements EventStore {
     }
   }
 
+  /** The last record of $all, whatever it is (a system event after ours, a scavenge's): one backwards read. `bound`: see headPosition. */
+  async endPosition(bound: { timeoutMs?: number } = {}): Promise<number> {
+    const [last] = await drain(this.client.readAll({ fromPosition: END, maxCount: 1, direction: BACKWARDS }), abortAfter(bound.timeoutMs));
+    return last?.event ? toPosition(last.event.position) : 0;
+  }
+
   /** Counts by reading: positions here are byte offsets of the transaction file, not event numbers. `bound`: see headPosition. */
   async countAfter(position: number, max: number, bound: { timeoutMs?: number } = {}): Promise<number> {
     const signal = abortAfter(bound.timeoutMs);

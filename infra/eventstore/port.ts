@@ -116,6 +116,13 @@ export interface EventStore {
    */
   headPosition(bound?: { timeoutMs?: number }): Promise<number>;
   /**
+   * The position of the last record the log holds, the store's own included (EventStoreDB's system events, which
+   * headPosition skips and a subscription's checkpoints may pass): no checkpoint taken from this log lies past it.
+   * What tells a read model built from another or a longer log (an older copy of the log restored) from one that
+   * is merely behind. `bound`: as on headPosition.
+   */
+  endPosition(bound?: { timeoutMs?: number }): Promise<number>;
+  /**
    * How many events follow `position` in the global log, counting at most `max` (a projection's lag in
    * events: positions are dense on the embedded log, but byte offsets on EventStoreDB).
    */

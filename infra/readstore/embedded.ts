@@ -328,14 +328,15 @@ export class EmbeddedReadStore implements ReadStore {
     return this.slot(projection, 'rebuild');
   }
 
-  async finishRebuild(projection: string): Promise<{ swapped: boolean; live: CheckpointInfo }> {
+  async finishRebuild(projection: string, options: { stale?: Pick<CheckpointInfo, 'position' | 'generation'> } = {}): Promise<{ swapped: boolean; live: CheckpointInfo }> {
     return this.exclusive(async () => this.db.transaction(() => {
       const rebuilt = this.slot(projection, 'rebuild');
       const live = this.slot(projection, 'live');
       if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
+      const stale = options.stale && live.position === options.stale.position && live.generation === options.stale.generation;
       // Checked in the swap's own transaction: a live batch commits either before (and is seen here) or
       // after (and is refused by its guarded checkpoint, so its runner re-reads from the rebuilt one).
-      if (live.position > rebuilt.position) return { swapped: false, live };
+      if (live.position > rebuilt.position && !stale) return { swapped: false, live };
       this.prepare(`UPDATE rm_checkpoints SET position = ?, generation = ?, updated_at = ?, failure = NULL WHERE projection = ? AND slot = 'live'`)
         .run(rebuilt.position, rebuilt.generation, new Date().toISOString(), projection);
       this.prepare(`DELETE FROM rm_checkpoints WHERE projection = ? AND slot = 'rebuild'`).run(projection);

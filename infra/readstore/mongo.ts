@@ -394,13 +394,14 @@ export class MongoReadStore implements ReadStore {
    * between, and superseded before it is finished keeps its collections: left behind rather than risk dropping
    * a live one.)
    */
-  async finishRebuild(projection: string): Promise<{ swapped: boolean; live: CheckpointInfo }> {
+  async finishRebuild(projection: string, options: { stale?: Pick<CheckpointInfo, 'position' | 'generation'> } = {}): Promise<{ swapped: boolean; live: CheckpointInfo }> {
     for (let attempt = 1; ; attempt++) {
       const rebuilt = await this.slot(projection, 'rebuild');
       const live = await this.slot(projection, 'live');
       if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
       if (rebuilt.generation !== live.generation) {
-        if (live.position > rebuilt.position) return { swapped: false, live };
+        const stale = options.stale && live.position === options.stale.position && live.generation === options.stale.generation;
+        if (live.position > rebuilt.position && !stale) return { swapped: false, live };
         const marked = await this.checkpoints.updateOne(
           { _id: slotId(projection, 'rebuild'), generation: rebuilt.generation }, { $set: { swapping: true } },
         );
@@ -411,7 +412,7 @@ export class MongoReadStore implements ReadStore {
         // The live runner's batches move this document with a guarded update too: whichever comes second
         // finds it changed. A live checkpoint past the rebuilt one means: catch up first.
         const swapped = await this.checkpoints.updateOne(
-          { _id: slotId(projection, 'live'), generation: live.generation, position: { $lte: rebuilt.position } },
+          { _id: slotId(projection, 'live'), generation: live.generation, position: stale ? live.position : { $lte: rebuilt.position } },
           { $set: { position: rebuilt.position, generation: rebuilt.generation, updated_at: new Date().toISOString() }, $unset: { failure: '' } },
         );
         if (swapped.matchedCount === 0) {

@@ -95,8 +95,12 @@ export interface ReadStore {
    * live checkpoint. If the live runner has applied events past it meanwhile, nothing changes
    * (`swapped: false`): the rebuild catches up with `live.position` and tries again, so the swap never
    * loses an event that readers were told (by the live position) had been applied.
+   *
+   * `stale`: a live checkpoint found past the end of the log (see readModelsAhead: the live generation was built
+   * from another or a longer log). If the live checkpoint is still exactly that one (position and generation),
+   * the rebuilt generation replaces it although it is behind it: that position was never this log's.
    */
-  finishRebuild(projection: string): Promise<{ swapped: boolean; live: CheckpointInfo }>;
+  finishRebuild(projection: string, options?: { stale?: Pick<CheckpointInfo, 'position' | 'generation'> }): Promise<{ swapped: boolean; live: CheckpointInfo }>;
   /**
    * Drops an unfinished rebuild (interrupted or failed) and its generation, if `generation` is still the
    * one in the rebuild slot and not live; otherwise nothing changes. The live generation is untouched.

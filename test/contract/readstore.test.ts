@@ -418,6 +418,26 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.ok(during >= 20, `swaps happened during ${during} rounds of reads`);
     t.same([...new Set(wrong)], [], `no read missed (${wrong.length} of ${rounds} rounds did)`);
   });
+
+  await t.test('finishRebuild with a stale live checkpoint (past the log\'s end): swapped in behind it, only while it is that one', async (t) => {
+    await store.register('restored', [{ name: 'restored_docs' }]);
+    t.equal(await apply('restored', 40, async (w) => { await w.put('restored_docs', { id: 'd1', v: 'from a longer log' }, 40); }), true);
+    const live = await store.checkpoint('restored');
+    const rebuild = await store.startRebuild('restored');
+    t.equal(await store.applyBatch('restored', rebuild, 3, async (w) => {
+      await w.put('restored_docs', { id: 'd1', v: 'from this log' }, 3);
+    }, { rebuild: true }), true);
+    t.match(await store.finishRebuild('restored'), { swapped: false, live: { position: 40 } }, 'without it: behind the live checkpoint, not swapped');
+    t.match(await store.finishRebuild('restored', { stale: { position: 39, generation: live.generation } }), { swapped: false },
+      'not when the live checkpoint is at another position (a runner moved it: it was not stale)');
+    t.match(await store.finishRebuild('restored', { stale: { position: 40, generation: live.generation + 1 } }), { swapped: false },
+      'nor of another generation');
+    t.match(await store.get('restored_docs', 'd1'), { v: 'from a longer log' }, 'nothing changed meanwhile');
+    t.match(await store.finishRebuild('restored', { stale: { position: 40, generation: live.generation } }),
+      { swapped: true, live: { position: 3, generation: rebuild.generation } });
+    t.match(await store.get('restored_docs', 'd1'), { v: 'from this log' }, 'queries read the rebuilt generation');
+    t.equal(await store.rebuildCheckpoint('restored'), undefined);
+  });
 }
 
 /** Ids in the adapters' order: the field (nulls first ascending, last descending), then id, same direction. */

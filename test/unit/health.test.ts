@@ -67,7 +67,7 @@ t.test('readiness: failing or a thread not running is not ready; lag only past R
   t.teardown(() => reads.close());
   const counted: number[] = [];
   // A dense log up to 100, as the embedded one is.
-  const events = { headPosition: async () => 100, countAfter: async (p: number, max: number) => { counted.push(max); return Math.min(100 - p, max); } };
+  const events = { headPosition: async () => 100, endPosition: async () => 100, countAfter: async (p: number, max: number) => { counted.push(max); return Math.min(100 - p, max); } };
   const plain = await readiness(health(), { events, reads });
   t.match(plain, { ready: true, reasons: [], head: 100, max_lag: null, stores: { events: 'ok', reads: 'ok' } });
   t.match(plain.projections, [{ projection: 'a', lag: 10, ready: true }, { projection: 'b', lag: 0, ready: true }], 'lagging alone is ready by default');
@@ -78,7 +78,7 @@ t.test('readiness: failing or a thread not running is not ready; lag only past R
   t.match(past, { ready: false, reasons: ['a is 10 events behind the log (READY_MAX_LAG 9)'] });
   t.match(past.projections[0], { ready: false, failing: null });
 
-  const farEvents = { headPosition: async () => 100_000_000, countAfter: async (_p: number, max: number) => max };
+  const farEvents = { headPosition: async () => 100_000_000, endPosition: async () => 100_000_000, countAfter: async (_p: number, max: number) => max };
   const far = await readiness(health(), { events: farEvents, reads });
   t.match(far.projections[0], { lag: READY_LAG_COUNT_LIMIT, lag_at_least: true });
   t.match((await readiness(health(), { events: farEvents, reads }, 5000)).reasons[0], /^a is 5001\+ events behind the log/, 'counted just past the bound');
@@ -93,6 +93,12 @@ t.test('readiness: failing or a thread not running is not ready; lag only past R
     'a is failing (1 failed attempt since 2026-01-01T00:00:00.000Z): ProviderError: embeddings provider answered 503',
   ]);
   t.match(failing.projections[0], { lag: 0, ready: false, failing: failure });
+
+  // The log restored from an older backup under a running node: its runners would skip what is appended now.
+  const ahead = await readiness(health({ projections: [{ projection: 'a', position: 101, progress_at: null, failing: null }, { projection: 'b', position: 100, progress_at: null, failing: null }] }),
+    { events, reads });
+  t.same(ahead.reasons, ['a is at position 101, past the end of the event log (100): built from another or a longer log; rebuild it']);
+  t.match(ahead.projections, [{ projection: 'a', ready: false }, { projection: 'b', ready: true }], 'exactly at the end is ready');
 });
 
 t.test('readiness: a store that fails or does not answer within STORE_PROBE_TIMEOUT_MS is not ready, and the probe answers in bounded time', async (t) => {
@@ -100,7 +106,7 @@ t.test('readiness: a store that fails or does not answer within STORE_PROBE_TIME
   t.teardown(() => working.close());
   const closed = new EmbeddedReadStore(':memory:');
   await closed.close();
-  const events = { headPosition: async () => 100, countAfter: async (p: number, max: number) => Math.min(100 - p, max) };
+  const events = { headPosition: async () => 100, endPosition: async () => 100, countAfter: async (p: number, max: number) => Math.min(100 - p, max) };
   const never = <T>() => new Promise<T>(() => {});
   const timed = async <T>(probe: Promise<T>) => {
     const started = performance.now();
@@ -110,7 +116,7 @@ t.test('readiness: a store that fails or does not answer within STORE_PROBE_TIME
   // Both at once: each waits for the timeout.
   const [readsHang, eventsHang] = await Promise.all([
     timed(readiness(health(), { events, reads: { listCheckpoints: never } })),
-    timed(readiness(health(), { events: { headPosition: never, countAfter: never }, reads: closed }, 5)),
+    timed(readiness(health(), { events: { headPosition: never, endPosition: never, countAfter: never }, reads: closed }, 5)),
   ]);
   for (const { ms } of [readsHang, eventsHang]) t.ok(ms >= STORE_PROBE_TIMEOUT_MS - 50 && ms < STORE_PROBE_TIMEOUT_MS + 1000, `answered after ${Math.round(ms)} ms`);
   t.match(readsHang.result, {
@@ -127,10 +133,10 @@ t.test('readiness: a store that fails or does not answer within STORE_PROBE_TIME
     'lag unknown: READY_MAX_LAG adds no reason of its own');
 
   const refused = await readiness(health(), {
-    events: { headPosition: async () => { throw new Error('connect to esdb://admin:changeit@db.internal:2113 refused'); }, countAfter: events.countAfter },
+    events: { headPosition: async () => { throw new Error('connect to esdb://admin:changeit@db.internal:2113 refused'); }, endPosition: events.endPosition, countAfter: events.countAfter },
     reads: working,
   });
   t.match(refused, { ready: false, reasons: ['the event store failed: connect to esdb://[redacted]@db.internal:2113 refused'], stores: { events: 'error', reads: 'ok' } });
-  const countFails = await readiness(health(), { events: { headPosition: async () => 100, countAfter: async () => { throw new Error('read timed out'); } }, reads: working });
+  const countFails = await readiness(health(), { events: { headPosition: async () => 100, endPosition: async () => 100, countAfter: async () => { throw new Error('read timed out'); } }, reads: working });
   t.match(countFails, { ready: false, reasons: ['the event store failed: read timed out'], head: 100, stores: { events: 'error' } }, 'a head already answered is kept');
 });
