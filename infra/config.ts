@@ -130,8 +130,9 @@ function loadProviders(env: NodeJS.ProcessEnv): ProvidersConfig {
       baseUrl: llmBaseUrl,
       apiKey: optional(env.LLM_API_KEY),
       chatModel: optional(env.LLM_CHAT_MODEL) ?? 'gpt-4o-mini',
-      timeoutMs: int('LLM_TIMEOUT_MS', 60_000, env),
-      maxRetries: int('LLM_MAX_RETRIES', 2, env),
+      // Timers take at most 2^31 - 1 ms: a longer one fires at once (Node sets it to 1 ms), so every request would time out.
+      timeoutMs: bounded('LLM_TIMEOUT_MS', 60_000, 1, 3_600_000, env),
+      maxRetries: bounded('LLM_MAX_RETRIES', 2, 0, 10, env),
     },
     embeddings: {
       provider,
@@ -185,7 +186,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     mongodbUrl: optional(env.MONGODB_URL),
     mongodbDb: optional(env.MONGODB_DB) ?? 'cairn',
     auth: authConfig(env),
-    consistencyTimeoutMs: int('CONSISTENCY_TIMEOUT_MS', 5000, env),
+    // 0: a read whose read model is behind answers 503 at once. Bounded: a timer past 2^31 - 1 ms fires at once.
+    consistencyTimeoutMs: bounded('CONSISTENCY_TIMEOUT_MS', 5000, 0, 600_000, env),
     projectionsThread: flag('PROJECTIONS_THREAD', true, env),
     projectionsNice: bounded('PROJECTIONS_NICE', 10, 0, 19, env),
     // Up to the most `ops projections status` counts (LAG_COUNT_LIMIT).

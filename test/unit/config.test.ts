@@ -59,3 +59,21 @@ t.test('LOG_LEVEL: one of pino\'s levels, in any case', async (t) => {
   for (const level of ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']) t.equal(loadConfig({ LOG_LEVEL: level }).logLevel, level);
   t.throws(() => loadConfig({ LOG_LEVEL: 'verbose' }), new ConfigError('LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"'));
 });
+
+t.test('timeouts and retries: bounded, since a timer past 2^31 - 1 ms fires at once', async (t) => {
+  t.equal(loadConfig({}).consistencyTimeoutMs, 5000);
+  t.equal(loadConfig({ CONSISTENCY_TIMEOUT_MS: '0' }).consistencyTimeoutMs, 0, '0: no wait');
+  t.equal(loadConfig({ CONSISTENCY_TIMEOUT_MS: '600000' }).consistencyTimeoutMs, 600_000);
+  t.throws(() => loadConfig({ CONSISTENCY_TIMEOUT_MS: '600001' }), new ConfigError('CONSISTENCY_TIMEOUT_MS must be an integer from 0 to 600000, got "600001"'));
+  t.throws(() => loadConfig({ CONSISTENCY_TIMEOUT_MS: '3000000000' }), /CONSISTENCY_TIMEOUT_MS must be an integer from 0 to 600000/);
+  const llm = (env: Record<string, string>) => loadConfig(env).providers.llm;
+  t.equal(llm({}).timeoutMs, 60_000);
+  t.equal(llm({ LLM_TIMEOUT_MS: '1' }).timeoutMs, 1);
+  t.equal(llm({ LLM_TIMEOUT_MS: '3600000' }).timeoutMs, 3_600_000);
+  t.throws(() => loadConfig({ LLM_TIMEOUT_MS: '0' }), /LLM_TIMEOUT_MS must be an integer from 1 to 3600000, got "0"/, '0 would fail every request');
+  t.throws(() => loadConfig({ LLM_TIMEOUT_MS: '3600001' }), /LLM_TIMEOUT_MS must be an integer from 1 to 3600000/);
+  t.equal(llm({}).maxRetries, 2);
+  t.equal(llm({ LLM_MAX_RETRIES: '0' }).maxRetries, 0);
+  t.equal(llm({ LLM_MAX_RETRIES: '10' }).maxRetries, 10);
+  t.throws(() => loadConfig({ LLM_MAX_RETRIES: '11' }), /LLM_MAX_RETRIES must be an integer from 0 to 10/);
+});
