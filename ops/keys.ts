@@ -3,9 +3,9 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { IsDateTime } from 'typebox/format';
 import { generateApiKey } from '../infra/apikeys.js';
 import { CommandBus } from '../commands/bus.js';
-import { apiKeyDecider, apiKeyStream } from '../domain/apikeys/decider.js';
+import { apiKeyDecider, apiKeyStream, MAX_API_KEY_NAME } from '../domain/apikeys/decider.js';
 import { notice, writeSecret } from './output.js';
-import { loadProject } from './projects.js';
+import { loadProject, nameOption } from './projects.js';
 import { CreateApiKeyBody, expiryProblem } from '../api/platform/keys/schemas.js';
 import { commaList, opsRequestMeta, validateAsApi, withStores } from './runtime.js';
 
@@ -32,13 +32,14 @@ export function keyCommands(program: Command): void {
     .action(async (opts: { project: string; name: string; scopes?: string[]; expiresAt?: string; json?: boolean }) =>
       withStores(async ({ events }) => {
         validateAsApi(CreateApiKeyBody, { name: opts.name, ...(opts.scopes ? { scopes: opts.scopes } : {}) }, { name: '--name', scopes: '--scopes' });
+        const name = nameOption(opts.name, MAX_API_KEY_NAME);
         // Project ids are lower-case UUIDs; the API accepts them in any case (RFC 9562), and so does this.
         const projectId = opts.project.toLowerCase();
         const project = await loadProject(events, projectId);
         const keyId = randomUUID();
         const { key, prefix, hash } = generateApiKey();
         const data = {
-          key_id: keyId, project_id: projectId, tenant_id: project.tenant_id, name: opts.name,
+          key_id: keyId, project_id: projectId, tenant_id: project.tenant_id, name,
           key_prefix: prefix, key_hash: hash, scopes: opts.scopes ?? ['*'], expires_at: opts.expiresAt ?? null,
         };
         const result = await new CommandBus(events).handle(apiKeyStream(keyId), apiKeyDecider, { type: 'CreateApiKey', data },

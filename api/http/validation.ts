@@ -1,6 +1,6 @@
 import type { TSchema } from 'typebox';
 import { Compile } from 'typebox/compile';
-import { unpairedSurrogate } from '../../domain/shared/text.js';
+import { nameForm, nameProblems, unpairedSurrogate } from '../../domain/shared/text.js';
 import { badRequest, type ProblemFieldError } from './problem.js';
 
 export type Location = 'body' | 'query' | 'path' | 'header';
@@ -111,3 +111,10 @@ export function check(...results: Array<ProblemFieldError | undefined>): void {
   const errors = results.filter((r): r is ProblemFieldError => r !== undefined);
   if (errors.length > 0) throw badRequest('invalid body', errors);
 }
+
+/**
+ * The field errors for a name sent as `raw`, if one was (of an agent, a project or an API key): the
+ * deciders' rules on the form it is stored in, each naming the offending code point or else the name sent.
+ */
+export const nameErrors = (location: string, raw: string | undefined, max: number): ProblemFieldError[] =>
+  raw === undefined ? [] : nameProblems(nameForm(raw), max).map(({ message, value }) => ({ location, message, value: value ?? raw }));

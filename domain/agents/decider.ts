@@ -1,6 +1,7 @@
 import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
 import { canonicalLanguage } from './language.js';
-import { agentNameProblems } from './names.js';
+import { nameProblem } from '../shared/text.js';
+import { MAX_AGENT_NAME } from './names.js';
 
 export const agentStream = (agentId: string) => `agent-${agentId}`;
 /** One stream per (project, name) holds the name's reservation: names are unique within a project. */
@@ -52,8 +53,8 @@ export type AgentNameState = { holder: string | null };
 
 /** The rules of a name, also for callers other than the HTTP API (which reports them per field first). */
 function requireValidName(name: string): void {
-  const [problem] = agentNameProblems(name);
-  if (problem) throw new DomainError('invalid', `agent name ${problem.message}${problem.value ? ` (${problem.value})` : ''}`);
+  const problem = nameProblem(name, MAX_AGENT_NAME);
+  if (problem) throw new DomainError('invalid', `agent name ${problem}`);
 }
 
 export const agentDecider: Decider<AgentState, CreateAgent, AgentEvent> = {

@@ -1,6 +1,10 @@
 import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
+import { nameProblem } from '../shared/text.js';
 
 export const apiKeyStream = (keyId: string) => `apikey-${keyId}`;
+
+/** Key names follow agent names' rules (`nameProblems`), with this limit on the stored form. */
+export const MAX_API_KEY_NAME = 100;
 
 /** The key itself never enters the log: only its SHA-256 hash and a short display prefix. */
 export type ApiKeyCreated = DomainEvent<'ApiKeyCreated', {
@@ -27,14 +31,16 @@ export const apiKeyDecider: Decider<ApiKeyState, ApiKeyCommand, ApiKeyEvent> = {
   initialState: () => ({ status: 'none' }),
   decide(command, state, ctx): ApiKeyEvent[] {
     switch (command.type) {
-      case 'CreateApiKey':
+      case 'CreateApiKey': {
         if (state.status !== 'none') {
           if (replayOf(state, ctx)) return [];
           throw new DomainError('conflict', 'api key already exists');
         }
-        // Every way of creating a key (API, operator CLI) gets a label to show in listings.
-        if (command.data.name.trim() === '') throw new DomainError('invalid', 'an api key name must not be empty or only whitespace');
+        // Every way of creating a key (API, operator CLI) gets a label that shows what it is in listings.
+        const problem = nameProblem(command.data.name, MAX_API_KEY_NAME);
+        if (problem) throw new DomainError('invalid', `api key name ${problem}`);
         return [{ type: 'ApiKeyCreated', data: { ...command.data, created_by: ctx.actor, created_at: ctx.now, request_key: ctx.request_key, request_hash: ctx.request_hash } }];
+      }
       case 'RevokeApiKey':
         if (state.status === 'none' || state.project_id !== command.data.project_id) throw new DomainError('not_found', 'api key not found');
         if (state.status === 'revoked') return [];

@@ -1,6 +1,10 @@
 import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
+import { nameProblem } from '../shared/text.js';
 
 export const projectStream = (projectId: string) => `project-${projectId}`;
+
+/** Project names follow agent names' rules (`nameProblems`), with this limit on the stored form. */
+export const MAX_PROJECT_NAME = 200;
 
 export type ProjectCreated = DomainEvent<'ProjectCreated', {
   project_id: string; tenant_id: string; name: string; created_by: string; created_at: string; request_key: string; request_hash: string;
@@ -21,6 +25,9 @@ export const projectDecider: Decider<ProjectState, ProjectCommand, ProjectEvent>
           if (replayOf(state, ctx)) return [];
           throw new DomainError('conflict', `project ${command.data.project_id} already exists`);
         }
+        // The HTTP API reports these per field first; this refuses whoever sends the command directly (the operator CLI).
+        const problem = nameProblem(command.data.name, MAX_PROJECT_NAME);
+        if (problem) throw new DomainError('invalid', `project name ${problem}`);
         return [{ type: 'ProjectCreated', data: { ...command.data, created_by: ctx.actor, created_at: ctx.now, request_key: ctx.request_key, request_hash: ctx.request_hash } }];
       }
       default: {

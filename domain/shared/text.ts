@@ -132,3 +132,39 @@ export function invisibleCharacter(value: string): TextProblem | undefined {
   }
   return undefined;
 }
+
+/**
+ * The form names people read (of agents, projects, API keys) are stored, compared and looked up in. Limits
+ * apply to this form: the text sent may be longer (surrounding spaces; decomposed accents or Hangul take up
+ * to four code points each), which `rawNameLength` leaves room for.
+ */
+export const nameForm = (name: string) => name.trim().normalize('NFC');
+
+/** The bound a request schema puts on the text sent for a name of at most `max` characters in `nameForm`. */
+export const rawNameLength = (max: number) => 4 * max;
+
+export interface NameProblem {
+  message: string;
+  value?: string;
+}
+
+/**
+ * What makes a stored name acceptable, wherever it comes from (the API, the operator CLI): in `nameForm`,
+ * not blank, at most `max` characters, well-formed, and nothing invisible or reordering in it.
+ */
+export function nameProblems(name: string, max: number): NameProblem[] {
+  if (name !== nameForm(name)) return [{ message: 'must be trimmed and NFC-normalised' }];
+  if (name === '') return [{ message: 'must not be empty or only whitespace' }];
+  const problems: Array<NameProblem | undefined> = [
+    [...name].length > max ? { message: `must not have more than ${max} characters (after trimming and NFC normalisation)` } : undefined,
+    unpairedSurrogate(name),
+    invisibleCharacter(name),
+  ];
+  return problems.filter((p): p is NameProblem => p !== undefined);
+}
+
+/** The first of `nameProblems` as one line (`must not contain … (U+200B at UTF-16 offset 1)`), for deciders and the operator CLI. */
+export function nameProblem(name: string, max: number): string | undefined {
+  const [problem] = nameProblems(name, max);
+  return problem && `${problem.message}${problem.value ? ` (${problem.value})` : ''}`;
+}

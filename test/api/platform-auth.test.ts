@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { request } from 'node:http';
 import { SignJWT, UnsecuredJWT } from 'jose';
 import { API_KEY_SCOPES } from '../../api/platform/keys/schemas.js';
@@ -277,6 +277,48 @@ t.test('project creation', async (t) => {
   const project = (await created.json()) as { project_id: string };
   const listed = (await (await app.platform('/projects', { headers: { ...bearer(session), 'X-Min-Position': created.headers.get('x-event-position')! } })).json()) as { projects: Array<{ project_id: string }> };
   t.same(listed.projects.find((p) => p.project_id === project.project_id), project, 'the same project the read model then has');
+});
+
+/**
+ * Project and key names follow agent names' rules, with `max` counted on the stored (trimmed, NFC) form:
+ * `create` sends a name and answers the status and the name stored (as the API returns it, then as listed).
+ */
+async function nameRules(t: Test, max: number, create: (name: string) => Promise<{ status: number; body: unknown; listed?: string }>) {
+  const edge = await create(` ${'p'.repeat(max)} `);
+  t.match(edge, { status: 200, body: { name: 'p'.repeat(max) }, listed: 'p'.repeat(max) }, `${max} characters between spaces: accepted, stored trimmed`);
+  const past = await create(` ${'p'.repeat(max + 1)} `);
+  t.match(past, { status: 400, body: { type: 'https://cairn.dev/problems/validation', errors: [{ location: 'body.name', message: new RegExp(`more than ${max} characters \\(after trimming`) }] } }, 'one past it');
+  const decomposed = await create('e\u0301'.repeat(max));
+  t.match(decomposed, { status: 200, body: { name: '\u00e9'.repeat(max) }, listed: '\u00e9'.repeat(max) }, 'decomposed: stored composed, and counted so');
+  for (const [name, code, message] of [['Ac\u200Bme', 'U+200B', /invisible/], ['Ac\u202Eme', 'U+202E', /bidirectional/], ['Ac\u0007me', 'U+0007', /control/]] as const) {
+    const refused = await create(name);
+    t.match(refused, { status: 400, body: { type: 'https://cairn.dev/problems/validation', errors: [{ location: 'body.name', message, value: `${code} at UTF-16 offset 2` }] } }, `${code}: refused, naming it`);
+  }
+  for (const name of ['\u0915\u094D\u200D\u0937', '\u{1F469}\u{1F3FD}\u200D\u{1F4BB} team']) {
+    t.match(await create(name), { status: 200, body: { name }, listed: name }, `a joiner that shapes a conjunct or an emoji: ${JSON.stringify(name)}`);
+  }
+}
+
+t.test('project names follow agent names\' rules', async (t) => {
+  const session = await sessionToken({ tenant_id: 'tenant-project-names' });
+  await nameRules(t, 200, async (name) => {
+    const res = await app.platform('/projects', { method: 'POST', headers: bearer(session), json: { name } });
+    const body = (await res.json()) as { project_id?: string };
+    if (res.status !== 200) return { status: res.status, body };
+    const listed = (await (await app.platform('/projects', { headers: { ...bearer(session), 'X-Min-Position': res.headers.get('x-event-position')! } })).json()) as { projects: Array<{ project_id: string; name: string }> };
+    return { status: res.status, body, listed: listed.projects.find((p) => p.project_id === body.project_id)?.name };
+  });
+});
+
+t.test('key names follow agent names\' rules', async (t) => {
+  const { projectId, session } = await projectWithKey(app, 'tenant-key-name-rules');
+  await nameRules(t, 100, async (name) => {
+    const res = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { name } });
+    const body = (await res.json()) as { key_id?: string };
+    if (res.status !== 200) return { status: res.status, body };
+    const listed = (await (await app.platform(`/projects/${projectId}/keys`, { headers: { ...bearer(session), 'X-Min-Position': res.headers.get('x-event-position')! } })).json()) as Array<{ key_id: string; name: string }>;
+    return { status: res.status, body, listed: listed.find((k) => k.key_id === body.key_id)?.name };
+  });
 });
 
 t.test('a key revoked through one node stops working on another that shares the read models', async (t) => {

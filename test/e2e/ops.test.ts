@@ -80,6 +80,11 @@ t.test('a DATA_DIR without an event log (a mistyped path) is refused, and left a
     t.equal(run.stderr.split('\n').length, 2, 'one line');
   }
   t.notOk(existsSync(missing), 'nothing was created');
+  // projects create makes a log where there is none, but not for a name it refuses.
+  const refused = await start(['projects', 'create', '--name', 'Ac\u200Bme', '--tenant', 'acme'], { DATA_DIR: missing }).done;
+  t.equal(refused.code, 1);
+  t.match(refused.stderr, /^error: --name: must not contain invisible/);
+  t.notOk(existsSync(missing), 'a refused name creates no log');
 });
 
 t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild stops (SIGTERM and SIGHUP too) and leaves nothing behind', async (t) => {
@@ -182,7 +187,8 @@ t.test('operator workflow on one data dir', async (t) => {
   });
 
   await t.test('keys create prints the key once; the log holds only its hash', async (t) => {
-    const run = await ops('keys', 'create', '--project', project.project_id, '--name', 'admin', '--scopes', 'agents:read,agents:write');
+    // The name is stored as the API stores names: trimmed and NFC-normalised.
+    const run = await ops('keys', 'create', '--project', project.project_id, '--name', ' Zoe\u0308 ', '--scopes', 'agents:read,agents:write');
     t.equal(run.code, 0, run.stderr);
     const key = run.stdout.trim();
     t.match(key, /^sk_[0-9A-Za-z]{43}_[0-9A-Za-z]{6}$/);
@@ -195,7 +201,7 @@ t.test('operator workflow on one data dir', async (t) => {
       t.equal(keyStreams.length, 1);
       const recorded = await events.readStream(keyStreams[0]!.stream);
       t.match(recorded, [{ type: 'ApiKeyCreated', data: {
-        project_id: project.project_id, tenant_id: 'tenant-1', name: 'admin', scopes: ['agents:read', 'agents:write'], expires_at: null,
+        project_id: project.project_id, tenant_id: 'tenant-1', name: 'Zo\u00EB', scopes: ['agents:read', 'agents:write'], expires_at: null,
         key_hash: createHash('sha256').update(key).digest('hex'),
       } }]);
       const everything = JSON.stringify(await events.readAll(0, { limit: 1000 }));
@@ -230,6 +236,14 @@ t.test('operator workflow on one data dir', async (t) => {
     const longProject = await ops('projects', 'create', '--name', 'p'.repeat(201), '--tenant', 'acme');
     t.equal(longProject.code, 1);
     t.match(longProject.stderr, /--name/);
+    // Names follow agent names' rules, with the API's messages: nothing invisible or controlling the terminal.
+    const hidden = await ops('projects', 'create', '--name', 'Ac\u200Bme', '--tenant', 'acme');
+    t.equal(hidden.code, 1);
+    t.equal(hidden.stderr, 'error: --name: must not contain invisible (default-ignorable) characters such as zero-width spaces (U+200B at UTF-16 offset 2)\n');
+    const control = await ops('keys', 'create', '--project', project.project_id, '--name', 'ci\u001B[2J');
+    t.equal(control.code, 1);
+    t.equal(control.stdout, '', 'no key');
+    t.equal(control.stderr, 'error: --name: must not contain control characters (C0, DEL, C1) (U+001B at UTF-16 offset 2)\n');
     t.equal((await opsJson<unknown[]>('streams', 'list', '--prefix', 'project-', '--json')).length, 1, 'no project was created');
   });
 

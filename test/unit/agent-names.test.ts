@@ -1,7 +1,8 @@
 import t from 'tap';
 import { agentDecider, agentNameDecider, NEUTRAL_BIG5 } from '../../domain/agents/decider.js';
 import { canonicalLanguage } from '../../domain/agents/language.js';
-import { agentNameProblems, MAX_AGENT_NAME } from '../../domain/agents/names.js';
+import { MAX_AGENT_NAME } from '../../domain/agents/names.js';
+import { nameProblems } from '../../domain/shared/text.js';
 import { invisibleCharacter, VIRAMAS } from '../../domain/shared/text.js';
 import { deciderSpec } from '../support/decider-spec.js';
 
@@ -77,16 +78,16 @@ t.test('accepted: the neighbours of each refused range, and joiners, selectors a
   for (const [what, name] of misplaced) t.not(invisibleCharacter(name), undefined, what);
 });
 
-t.test('agentNameProblems: the stored form, blank, the limit at its edge, unpaired surrogates, invisible characters', async (t) => {
-  t.same(agentNameProblems('Ava'), []);
-  t.same(agentNameProblems('n'.repeat(MAX_AGENT_NAME)), [], 'exactly at the limit');
-  t.match(agentNameProblems('n'.repeat(MAX_AGENT_NAME + 1)), [{ message: /128/ }], 'one past it');
-  t.same(agentNameProblems('🌙'.repeat(MAX_AGENT_NAME)), [], 'characters, not UTF-16 units');
-  t.match(agentNameProblems(''), [{ message: /empty/ }]);
-  t.match(agentNameProblems(' Ava'), [{ message: /trimmed/ }]);
-  t.match(agentNameProblems('e\u0301'), [{ message: /NFC/ }]);
-  t.match(agentNameProblems('Lone \ud800'), [{ message: /well-formed/, value: 'U+D800 at UTF-16 offset 5' }]);
-  t.match(agentNameProblems('A\u200Bva'), [{ message: /invisible/, value: 'U+200B at UTF-16 offset 1' }]);
+t.test('nameProblems of an agent name: the stored form, blank, the limit at its edge, unpaired surrogates, invisible characters', async (t) => {
+  t.same(nameProblems('Ava', MAX_AGENT_NAME), []);
+  t.same(nameProblems('n'.repeat(MAX_AGENT_NAME), MAX_AGENT_NAME), [], 'exactly at the limit');
+  t.match(nameProblems('n'.repeat(MAX_AGENT_NAME + 1), MAX_AGENT_NAME), [{ message: /128/ }], 'one past it');
+  t.same(nameProblems('🌙'.repeat(MAX_AGENT_NAME), MAX_AGENT_NAME), [], 'characters, not UTF-16 units');
+  t.match(nameProblems('', MAX_AGENT_NAME), [{ message: /empty/ }]);
+  t.match(nameProblems(' Ava', MAX_AGENT_NAME), [{ message: /trimmed/ }]);
+  t.match(nameProblems('e\u0301', MAX_AGENT_NAME), [{ message: /NFC/ }]);
+  t.match(nameProblems('Lone \ud800', MAX_AGENT_NAME), [{ message: /well-formed/, value: 'U+D800 at UTF-16 offset 5' }]);
+  t.match(nameProblems('A\u200Bva', MAX_AGENT_NAME), [{ message: /invisible/, value: 'U+200B at UTF-16 offset 1' }]);
 });
 
 t.test('the deciders refuse such names and non-canonical languages, whoever sends them', async (t) => {

@@ -1,11 +1,28 @@
 import t from 'tap';
 import { agentDecider, agentNameDecider, NEUTRAL_BIG5, type AgentCreated, type AgentNameReserved } from '../../domain/agents/decider.js';
-import { apiKeyDecider, type ApiKeyCreated, type ApiKeyEvent } from '../../domain/apikeys/decider.js';
+import { apiKeyDecider, MAX_API_KEY_NAME, type ApiKeyCreated, type ApiKeyEvent } from '../../domain/apikeys/decider.js';
 import { configDecider, MAX_REMEMBERED_CONFIG_REQUESTS, type ConfigValueSet } from '../../domain/config/decider.js';
-import { projectDecider, type ProjectCreated } from '../../domain/projects/decider.js';
+import { MAX_PROJECT_NAME, projectDecider, type ProjectCreated } from '../../domain/projects/decider.js';
 import { deciderSpec, testContext } from '../support/decider-spec.js';
 
 const ctx = testContext();
+
+/**
+ * Names refused by every decider that takes a name, whoever sends the command (the operator CLI calls them
+ * directly): not in the stored form (untrimmed, decomposed), one past `max`, invisible, reordering, control.
+ */
+const refusedNames = (max: number): Array<[string, string, RegExp]> => [
+  ['untrimmed', ' P ', /trimmed and NFC/],
+  ['decomposed', 'Zoe\u0308', /trimmed and NFC/],
+  ['blank', '', /empty/],
+  ['one past the limit', 'p'.repeat(max + 1), new RegExp(`more than ${max} characters`)],
+  ['a zero-width space', 'P\u200Bq', /invisible.*\(U\+200B at UTF-16 offset 1\)/],
+  ['a bidirectional control', 'P\u202Eq', /bidirectional.*\(U\+202E at UTF-16 offset 1\)/],
+  ['a C0 control', 'P\u001Bq', /control characters.*\(U\+001B at UTF-16 offset 1\)/],
+  ['an unpaired surrogate', 'P\uD800', /well-formed/],
+];
+/** Names at the limit, composed, or with a joiner that shapes a script or an emoji. */
+const acceptedNames = (max: number) => ['p'.repeat(max), 'Zo\u00EB', '\u0915\u094D\u200D\u0937', '\u{1F469}\u200D\u{1F4BB} ops'];
 
 t.test('projects', async (t) => {
   const spec = deciderSpec(t, projectDecider);
@@ -15,6 +32,18 @@ t.test('projects', async (t) => {
   spec.given([created]).when(create).then([]); // same Idempotency-Key, same command: replay
   spec.given([created]).when(create, testContext({ request_hash: 'other' })).thenThrows('idempotency_mismatch');
   spec.given([created]).when(create, testContext({ request_key: 'r2' })).thenThrows('conflict');
+
+  // Names follow agent names' rules, in the decider too.
+  const named = (name: string) => ({ ...create, data: { ...create.data, name } });
+  for (const name of acceptedNames(MAX_PROJECT_NAME)) {
+    spec.given([]).when(named(name)).then([{ ...created, data: { ...created.data, name } }], `accepted: ${JSON.stringify(name)}`);
+  }
+  for (const [what, name, message] of refusedNames(MAX_PROJECT_NAME)) {
+    t.throws(() => projectDecider.decide(named(name), projectDecider.initialState(), ctx), { name: 'DomainError', kind: 'invalid', message: new RegExp(`^project name must .*${message.source}`) }, what);
+  }
+  // Events recorded before these rules still apply, and a replay of their request is still recognised.
+  const old: ProjectCreated = { ...created, data: { ...created.data, name: ' Old\u200B ' } };
+  spec.given([old]).when(named(' Old\u200B ')).then([], 'an old event with an untrimmed, invisible name still folds');
 });
 
 t.test('api keys', async (t) => {
@@ -23,6 +52,18 @@ t.test('api keys', async (t) => {
   const created: ApiKeyCreated = { type: 'ApiKeyCreated', data: { ...data, created_by: ctx.actor, created_at: ctx.now, request_key: 'r1', request_hash: 'h1' } };
   spec.given([]).when({ type: 'CreateApiKey', data }).then([created]);
   spec.given([]).when({ type: 'CreateApiKey', data: { ...data, name: ' \t' } }).thenThrows('invalid');
+  // Names follow agent names' rules, in the decider too (the operator CLI sends this command directly).
+  for (const name of acceptedNames(MAX_API_KEY_NAME)) {
+    spec.given([]).when({ type: 'CreateApiKey', data: { ...data, name } }).then([{ ...created, data: { ...created.data, name } }], `accepted: ${JSON.stringify(name)}`);
+  }
+  for (const [what, name, message] of refusedNames(MAX_API_KEY_NAME)) {
+    t.throws(() => apiKeyDecider.decide({ type: 'CreateApiKey', data: { ...data, name } }, apiKeyDecider.initialState(), ctx),
+      { name: 'DomainError', kind: 'invalid', message: new RegExp(`^api key name must .*${message.source}`) }, what);
+  }
+  const old: ApiKeyCreated = { ...created, data: { ...created.data, name: ' old\u202E ' } };
+  spec.given([old]).when({ type: 'CreateApiKey', data: { ...data, name: ' old\u202E ' } }).then([], 'an old event with an untrimmed, reordering name still folds');
+  spec.given([old]).when({ type: 'RevokeApiKey', data: { key_id: 'k1', project_id: 'p1' } })
+    .then([{ type: 'ApiKeyRevoked', data: { key_id: 'k1', project_id: 'p1', revoked_by: ctx.actor, revoked_at: ctx.now } }], 'and its key can be revoked');
   spec.given([created]).when({ type: 'RevokeApiKey', data: { key_id: 'k1', project_id: 'p1' } })
     .then([{ type: 'ApiKeyRevoked', data: { key_id: 'k1', project_id: 'p1', revoked_by: ctx.actor, revoked_at: ctx.now } }]);
   spec.given([created]).when({ type: 'RevokeApiKey', data: { key_id: 'k1', project_id: 'other' } }).thenThrows('not_found');

@@ -7,12 +7,12 @@ import {
   agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, type AgentEvent, type AgentProfile, type AgentState,
 } from '../../../domain/agents/decider.js';
 import { canonicalLanguage } from '../../../domain/agents/language.js';
-import { agentNameForm, agentNameProblems } from '../../../domain/agents/names.js';
+import { agentNameForm, MAX_AGENT_NAME } from '../../../domain/agents/names.js';
 import { findAll } from '../../../infra/readstore/port.js';
 import type { AgentDoc } from '../../../projections/agents/projection.js';
 import { badRequest, notFound } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
-import { check } from '../../http/validation.js';
+import { check, nameErrors } from '../../http/validation.js';
 import { UUID_PATTERN } from '../../shared/schemas.js';
 import { requireProject, type PlatformDeps } from '../context.js';
 import { AgentParams, AgentView, CreateAgentBody, ListAgentsQuery } from './schemas.js';
@@ -73,7 +73,7 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         check(
           // Blank, too long (in the stored form), unpaired surrogates (which hashing and UTF-8 URLs turn into
           // U+FFFD: such a name would collide with others and could not be looked up), invisible characters.
-          ...agentNameProblems(name).map(({ message, value }) => ({ location: 'body.name', message, value: value ?? body.name })),
+          ...nameErrors('body.name', body.name, MAX_AGENT_NAME),
           UUID_PATTERN.test(name) ? { location: 'body.name', message: 'must not look like a UUID (names and ids share GET /agents/{agentId})', value: body.name } : undefined,
           // URL clients resolve "." and ".." (also as %2E) as path segments: GET /agents/{agentId} could never name them.
           name === '.' || name === '..' ? { location: 'body.name', message: 'must not be "." or ".." (URL clients resolve them as path segments)', value: body.name } : undefined,

@@ -1,6 +1,7 @@
 import Type, { type Static } from 'typebox';
 import { LANGUAGE_PATTERN, MAX_LANGUAGE_TAG } from '../../../domain/agents/language.js';
 import { MAX_AGENT_NAME } from '../../../domain/agents/names.js';
+import { rawNameLength } from '../../../domain/shared/text.js';
 import { DateTime, Uuid } from '../../shared/schemas.js';
 
 const Score = Type.Number({ minimum: 0, maximum: 1 });
@@ -10,7 +11,7 @@ export const Big5 = Type.Object({
 
 const Phrases = Type.Array(Type.String({ minLength: 1, maxLength: 500 }), { maxItems: 100 });
 export const CreateAgentBody = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: 4 * MAX_AGENT_NAME, description: `at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; no control characters, bidirectional controls, line separators, noncharacters or invisible (default-ignorable) characters, except zero-width joiners, variation selectors and tags where they shape a script or an emoji; must not look like a UUID nor be "." or ".."` }),
+  name: Type.String({ minLength: 1, maxLength: rawNameLength(MAX_AGENT_NAME), description: `at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; no control characters, bidirectional controls, line separators, noncharacters or invisible (default-ignorable) characters, except zero-width joiners, variation selectors and tags where they shape a script or an emoji; must not look like a UUID nor be "." or ".."` }),
   personality_prompt: Type.Optional(Type.String({ maxLength: 16000 })),
   big5: Type.Optional(Big5),
   speech_patterns: Type.Optional(Phrases),
@@ -31,7 +32,7 @@ export const ListAgentsQuery = Type.Object({
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_AGENTS_PAGE, description: `at most this many agents (1-${MAX_AGENTS_PAGE}), oldest first; when more follow, X-Next-Cursor says where to go on. Without it, every agent of the project is returned (as before paging existed)` })),
   cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 1024, description: 'opaque: the X-Next-Cursor of the previous page (with the same project_id); needs `limit`' })),
 }, { additionalProperties: false });
-export const AgentParams = Type.Object({ agentId: Type.String({ minLength: 1, maxLength: 4 * MAX_AGENT_NAME, description: 'agent UUID or URL-encoded name' }) }, { additionalProperties: false });
+export const AgentParams = Type.Object({ agentId: Type.String({ minLength: 1, maxLength: rawNameLength(MAX_AGENT_NAME), description: 'agent UUID or URL-encoded name' }) }, { additionalProperties: false });
 
 const Mood = Type.Object({
   valence: Type.Number(), arousal: Type.Number(), tension: Type.Number(), affiliation: Type.Number(),

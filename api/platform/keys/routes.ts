@@ -1,14 +1,15 @@
 import Type from 'typebox';
 import { uuidV5 as uuidv5 } from '../../../infra/ids.js';
 import { randomUUID } from 'node:crypto';
-import { apiKeyDecider, apiKeyStream } from '../../../domain/apikeys/decider.js';
+import { apiKeyDecider, apiKeyStream, MAX_API_KEY_NAME } from '../../../domain/apikeys/decider.js';
+import { nameForm } from '../../../domain/shared/text.js';
 import { findAll } from '../../../infra/readstore/port.js';
 import type { ApiKeyDoc } from '../../../projections/apikeys/projection.js';
 import { DomainError } from '../../../domain/shared/decider.js';
 import { ConsistencyTimeoutError } from '../../../projections/runner.js';
 import { ProblemError } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
-import { check, nonBlank } from '../../http/validation.js';
+import { check, nameErrors } from '../../http/validation.js';
 import { Success } from '../../shared/schemas.js';
 import { requireProject, type PlatformDeps } from '../context.js';
 import { generateApiKey } from '../../../infra/apikeys.js';
@@ -39,13 +40,13 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         const project = await requireProject(deps, principal, params.projectId);
         const expiresAt = body.expires_at ?? null;
         const expiry = expiresAt === null ? undefined : expiryProblem(expiresAt, clock().getTime());
-        check(nonBlank('body.name', body.name), expiry === undefined ? undefined : { location: 'body.expires_at', message: expiry, value: expiresAt });
+        check(...nameErrors('body.name', body.name, MAX_API_KEY_NAME), expiry === undefined ? undefined : { location: 'body.expires_at', message: expiry, value: expiresAt });
         // With an Idempotency-Key the retried request targets the same key stream; its secret cannot be
         // shown twice, so a replay answers 409 rather than handing out a key that was never stored.
         const keyId = meta.request_key.startsWith('idem:') ? uuidv5(`${project.project_id}/${meta.request_key}`, KEY_ID_NAMESPACE) : randomUUID();
         const { key, prefix, hash } = generateApiKey();
         const data = {
-          key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name?.trim() ?? 'default',
+          key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name === undefined ? 'default' : nameForm(body.name),
           key_prefix: prefix, key_hash: hash, scopes: body.scopes ?? ['*'], expires_at: expiresAt === null ? null : new Date(expiresAt).toISOString(),
         };
         const replayed = () => new ProblemError(409, 'idempotency-replay', 'this Idempotency-Key already created a key; its secret cannot be shown again');

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { uuidV5 as uuidv5 } from '../../../infra/ids.js';
-import { projectDecider, projectStream, type ProjectCreated } from '../../../domain/projects/decider.js';
+import { MAX_PROJECT_NAME, projectDecider, projectStream, type ProjectCreated } from '../../../domain/projects/decider.js';
+import { nameForm } from '../../../domain/shared/text.js';
 import { ConsistencyTimeoutError } from '../../../projections/runner.js';
 import { findAll } from '../../../infra/readstore/port.js';
 import type { ProjectDoc } from '../../../projections/projects/projection.js';
-import { check, nonBlank } from '../../http/validation.js';
+import { check, nameErrors } from '../../http/validation.js';
 import { route, type RouteDef } from '../../http/routes.js';
 import type { PlatformDeps } from '../context.js';
 import { CreateProjectBody, ProjectList, ProjectView } from './schemas.js';
@@ -43,12 +44,12 @@ export function projectRoutes(deps: PlatformDeps): RouteDef[] {
       responses: { 200: { description: 'the created project', schema: ProjectView } },
       errors: [400, 401, 403, 409, 422, 503],
       async handler({ body, principal, meta, signal }) {
-        check(nonBlank('body.name', body.name));
+        check(...nameErrors('body.name', body.name, MAX_PROJECT_NAME));
         if (principal.kind !== 'session') throw new Error('unreachable');
         const projectId = meta.request_key.startsWith('idem:') ? uuidv5(`${principal.tenant_id}/${meta.request_key}`, PROJECT_ID_NAMESPACE) : randomUUID();
         meta.project_id = projectId; // the event's metadata names the project it creates
         const result = await deps.bus.handle(projectStream(projectId), projectDecider,
-          { type: 'CreateProject', data: { project_id: projectId, tenant_id: principal.tenant_id, name: body.name.trim() } }, meta);
+          { type: 'CreateProject', data: { project_id: projectId, tenant_id: principal.tenant_id, name: nameForm(body.name) } }, meta);
         const created = result.events[0]?.data as ProjectCreated['data'] | undefined;
         // The project is durable now. Should the read model not apply it within CONSISTENCY_TIMEOUT_MS, a new
         // project is answered from its event (a 503 would invite a retry that, without an Idempotency-Key,
