@@ -130,8 +130,18 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   const authenticateOwner = ownerAuthenticator(config.memory.ownerToken);
   const memoryApp = createMemoryApp(memory.routes, { authenticate: (ctx) => authenticateOwner(ctx), waitFor, jsonTypes: ['application/json'] }, config, log, health);
 
-  const platformServer = await listen(platformApp, config.host, config.port);
-  const memoryServer = await listen(memoryApp, config.host, config.memoryPort);
+  let platformServer: Server | undefined;
+  let memoryServer: Server;
+  try {
+    platformServer = await listen(platformApp, config.host, config.port);
+    memoryServer = await listen(memoryApp, config.host, config.memoryPort);
+  } catch (error) {
+    // A port in use: nothing half-started stays behind (a server listening, the projection thread, the stores).
+    platformServer?.close();
+    await host.stop().catch(() => undefined);
+    await closeStores(events, reads);
+    throw error;
+  }
 
   let closed = false;
   return {

@@ -1,7 +1,7 @@
 import { ConfigError, loadConfig, type Config } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
-import { ReadModelsAheadError } from '../projections/ahead.js';
 import { startCairn } from './app.js';
+import { startupProblem } from './startup.js';
 
 /** A setting Cairn cannot run with is one line on stderr and exit code 1, not a stack trace that reads like a crash. */
 function configOrExit(): Config {
@@ -17,9 +17,10 @@ function configOrExit(): Config {
 const config = configOrExit();
 const log = createLogger(config.logLevel);
 const cairn = await startCairn({ config, log }).catch((error: unknown) => {
-  // Refused on purpose, with what to do about it: one line, like a configuration error.
-  if (!(error instanceof ReadModelsAheadError)) throw error;
-  process.stderr.write(`cairn: cannot start: ${error.message}\n`);
+  // What the operator can act on is one line, like a configuration error; a defect keeps its stack trace.
+  const problem = startupProblem(error, config);
+  if (problem === undefined) throw error;
+  process.stderr.write(`cairn: cannot start: ${problem}\n`);
   process.exit(1);
 });
 log.info({

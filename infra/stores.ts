@@ -22,12 +22,14 @@ export async function openStores(
   } else {
     events = new EmbeddedEventStore(join(config.dataDir, 'events.db'), { appends: options.appends ?? true });
   }
-  let reads: ReadStore;
-  if (config.mongodbUrl) {
-    const { MongoReadStore } = await import('./readstore/mongo.js');
-    reads = await MongoReadStore.connect(config.mongodbUrl, config.mongodbDb);
-  } else {
-    reads = new EmbeddedReadStore(join(config.dataDir, 'readmodels.db'), { checkpointer: options.checkpointer ?? true });
+  try {
+    const reads = config.mongodbUrl
+      ? await (await import('./readstore/mongo.js')).MongoReadStore.connect(config.mongodbUrl, config.mongodbDb)
+      : new EmbeddedReadStore(join(config.dataDir, 'readmodels.db'), { checkpointer: options.checkpointer ?? true });
+    return { events, reads };
+  } catch (error) {
+    // An unusable read store (a damaged file, MongoDB unreachable) leaves no log open behind it (its writer thread).
+    await events.close().catch(() => undefined);
+    throw error;
   }
-  return { events, reads };
 }

@@ -1,0 +1,34 @@
+import type { Config } from '../infra/config.js';
+import { ReadModelsAheadError } from '../projections/ahead.js';
+
+type SystemError = Error & { code?: string; syscall?: string; path?: string; address?: string; port?: number };
+
+/**
+ * What an operator can act on when the server cannot start, as one line (like a configuration error): a port
+ * in use or not permitted, a DATA_DIR that cannot be written, an embedded store file that is not a database,
+ * read models ahead of their log. Anything else (a defect) is left to the stack trace: undefined.
+ */
+export function startupProblem(error: unknown, config: Pick<Config, 'host' | 'port' | 'memoryPort' | 'dataDir'>): string | undefined {
+  if (error instanceof ReadModelsAheadError) return error.message;
+  if (!(error instanceof Error)) return undefined;
+  const { code, syscall, path, port } = error as SystemError;
+  if (syscall === 'listen' && port !== undefined) {
+    const variable = port === config.port ? 'PORT' : port === config.memoryPort ? 'MEMORY_PORT' : 'the port';
+    const where = `${config.host}:${port} (${variable})`;
+    if (code === 'EADDRINUSE') return `${where} is in use by another process (EADDRINUSE): stop it, or set ${variable} to a free port`;
+    if (code === 'EACCES') return `listening on ${where} is not permitted (EACCES): ports below 1024 need privileges; use a higher port`;
+    if (code === 'EADDRNOTAVAIL') return `HOST ${config.host} is not an address of this machine (EADDRNOTAVAIL)`;
+    return undefined;
+  }
+  // mkdir of DATA_DIR, or SQLite opening a file in it.
+  if (path !== undefined && ['EACCES', 'EPERM', 'EROFS', 'ENOTDIR', 'ENOSPC', 'EEXIST'].includes(code ?? '')) {
+    return `DATA_DIR ${config.dataDir}: ${syscall ?? 'access'} '${path}' failed: ${error.message.replace(/^[A-Z]+: /, '').split(',')[0]} (${code})`;
+  }
+  if (code === 'SQLITE_NOTADB' || code === 'SQLITE_CORRUPT') {
+    return `DATA_DIR ${config.dataDir}: events.db or readmodels.db is not a SQLite database or is damaged (${code}: ${error.message})`;
+  }
+  if (code === 'SQLITE_CANTOPEN' || code === 'SQLITE_READONLY' || code === 'SQLITE_PERM') {
+    return `DATA_DIR ${config.dataDir}: the embedded stores cannot be opened for writing (${code}: ${error.message}); check its permissions`;
+  }
+  return undefined;
+}

@@ -1,0 +1,51 @@
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const main = fileURLToPath(new URL('../../api/main.ts', import.meta.url));
+
+/** Starts the server as a service manager does and waits for it to give up. */
+async function start(env: NodeJS.ProcessEnv): Promise<{ code: number; stderr: string }> {
+  const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), main], {
+    env: { ...process.env, PORT: '0', MEMORY_PORT: '0', LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
+  const [code] = (await once(child, 'exit')) as [number];
+  return { code, stderr };
+}
+
+const parent = mkdtempSync(join(tmpdir(), 'cairn-startup-'));
+t.teardown(() => rmSync(parent, { recursive: true, force: true }));
+
+t.test('what an operator can act on is one line on stderr and exit code 1, not a stack trace', async (t) => {
+  const taken = createServer();
+  await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => taken.close());
+  const port = (taken.address() as { port: number }).port;
+  for (const variable of ['PORT', 'MEMORY_PORT']) {
+    const inUse = await start({ DATA_DIR: join(parent, `ports-${variable}`), [variable]: String(port) });
+    t.equal(inUse.code, 1, `${variable} in use: exit code 1`);
+    t.equal(inUse.stderr, `cairn: cannot start: 127.0.0.1:${port} (${variable}) is in use by another process (EADDRINUSE): stop it, or set ${variable} to a free port\n`);
+  }
+
+  const file = join(parent, 'a-file');
+  writeFileSync(file, 'not a directory');
+  const notDir = await start({ DATA_DIR: join(file, 'data') });
+  t.equal(notDir.code, 1, 'a DATA_DIR that cannot be made: exit code 1');
+  t.equal(notDir.stderr, `cairn: cannot start: DATA_DIR ${join(file, 'data')}: mkdir '${join(file, 'data')}' failed: not a directory (ENOTDIR)\n`);
+
+  for (const damaged of ['events.db', 'readmodels.db']) {
+    const dir = join(parent, `damaged-${damaged}`);
+    mkdirSync(dir);
+    writeFileSync(join(dir, damaged), 'this is text, not a SQLite database; '.repeat(200));
+    const notDb = await start({ DATA_DIR: dir });
+    t.equal(notDb.code, 1, `${damaged} not a database: exit code 1`);
+    t.equal(notDb.stderr, `cairn: cannot start: DATA_DIR ${dir}: events.db or readmodels.db is not a SQLite database or is damaged (SQLITE_NOTADB: file is not a database)\n`);
+  }
+});
