@@ -4,6 +4,7 @@
  * EVENTSTORE_URL, MONGODB_URL); the embedded files may be open in the server at the same time.
  */
 import { Command, CommanderError } from 'commander';
+import { backupCommands } from './backup.js';
 import { eventCommands } from './events.js';
 import { keyCommands } from './keys.js';
 import { projectCommands } from './projects.js';
@@ -13,7 +14,7 @@ import { OpsError } from './runtime.js';
 import { streamCommands } from './streams.js';
 
 const program = new Command('ops')
-  .description('Cairn operator tools: inspect the event log and read models, rebuild projections, bootstrap projects and keys')
+  .description('Cairn operator tools: inspect the event log and read models, rebuild projections, bootstrap projects and keys, back up the embedded stores')
   .showHelpAfterError('(add --help for usage)')
   .exitOverride();
 
@@ -30,6 +31,7 @@ eventCommands(program);
 projectionCommands(program);
 projectCommands(program);
 keyCommands(program);
+backupCommands(program);
 
 try {
   await program.parseAsync(process.argv);

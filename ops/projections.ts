@@ -7,7 +7,7 @@ import type { Projection } from '../projections/projection.js';
 import { rebuildProjection } from '../projections/rebuild.js';
 import { projectionStatus } from '../projections/runner.js';
 import { count, printJson, printTable } from './output.js';
-import { OpsError, withStores } from './runtime.js';
+import { OpsError, stopOnSignals, withStores } from './runtime.js';
 
 /** The projections the CLI knows are the server's: one list. Problems while rebuilding (a text the embeddings provider refuses) are logged on stderr. */
 let cached: readonly Projection[] | undefined;
@@ -26,15 +26,6 @@ function findProjection(name: string): Projection {
  * checks need not parse the output; distinct from 1 (the command itself failed: a store not reachable…).
  */
 const FAILING_EXIT_CODE = 3;
-
-/**
- * What stops a rebuild cleanly (its unfinished generation dropped), with the exit code a shell reports for a
- * process the signal ended: Ctrl-C, SIGTERM, which `timeout`, service managers and job runners send first, and
- * SIGHUP, which a dropped ssh session sends (carrying on would leave a rebuild nobody watches, writing its
- * progress to a terminal that is gone).
- */
-const STOP_SIGNALS = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
-type StopSignal = keyof typeof STOP_SIGNALS;
 
 export function projectionCommands(program: Command): void {
   const projections = program.command('projections').description('read models: checkpoints, lag, rebuilds');
@@ -80,23 +71,16 @@ export function projectionCommands(program: Command): void {
         let applied = 0;
         const started = Date.now();
         // A stop signal ends the rebuild between batches and drops its unfinished generation.
-        const abort = new AbortController();
-        let stoppedBy: StopSignal | undefined;
-        const stop = (signal: StopSignal) => {
-          stoppedBy ??= signal;
-          abort.abort();
-        };
-        for (const signal of Object.keys(STOP_SIGNALS) as StopSignal[]) process.once(signal, stop);
+        const stop = stopOnSignals(`rebuild of ${name} interrupted; the live generation is unchanged`);
         bar?.start(0, 0, { applied });
         const checkpoint = await rebuildProjection(events, reads, projection, (p) => {
           applied = p.applied;
           bar?.setTotal(p.head);
           bar?.update(p.position, { applied });
-        }, abort.signal).catch((error: unknown) => {
-          if (stoppedBy) throw new OpsError(`rebuild of ${name} interrupted; the live generation is unchanged`, STOP_SIGNALS[stoppedBy]);
-          throw error;
+        }, stop.signal).catch((error: unknown) => {
+          throw stop.signal.aborted ? stop.signal.reason : error;
         }).finally(() => {
-          for (const signal of Object.keys(STOP_SIGNALS)) process.off(signal, stop);
+          stop.release();
           bar?.stop();
         });
         if (opts.json) return printJson({ ...checkpoint, applied });

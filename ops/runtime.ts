@@ -51,9 +51,7 @@ export interface Stores {
  */
 export async function withStores<T>(fn: (stores: Stores) => Promise<T>, options: { create?: boolean } = {}): Promise<T> {
   const config = loadConfig();
-  if (!config.eventStoreUrl && !options.create && !existsSync(join(config.dataDir, 'events.db'))) {
-    throw new OpsError(`no event log in ${config.dataDir} (set DATA_DIR to the server's data directory)`);
-  }
+  if (!config.eventStoreUrl && !options.create) requireEventLog(config.dataDir);
   // Most commands only read the log: its writer thread starts only for one that appends.
   const stores = await openStores(config, { appends: false });
   try {
@@ -61,6 +59,34 @@ export async function withStores<T>(fn: (stores: Stores) => Promise<T>, options:
   } finally {
     await Promise.allSettled([stores.events.close(), stores.reads.close()]);
   }
+}
+
+/** A DATA_DIR without an embedded event log is a mistyped path (see withStores). */
+export function requireEventLog(dataDir: string): void {
+  if (!existsSync(join(dataDir, 'events.db'))) throw new OpsError(`no event log in ${dataDir} (set DATA_DIR to the server's data directory)`);
+}
+
+/**
+ * What stops a long command cleanly (a rebuild, a backup), with the exit code a shell reports for a process the
+ * signal ended: Ctrl-C, SIGTERM, which `timeout`, service managers and job runners send first, and SIGHUP, which
+ * a dropped ssh session sends (carrying on would leave work nobody watches, writing its progress to a terminal
+ * that is gone).
+ */
+const STOP_SIGNALS = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
+type StopSignal = keyof typeof STOP_SIGNALS;
+
+/**
+ * Until `release`, the first stop signal aborts `signal` instead of ending the process, with an OpsError that
+ * carries `message` and the signal's exit code as the reason (a second one of the same kind ends it at once).
+ */
+export function stopOnSignals(message: string): { signal: AbortSignal; release: () => void } {
+  const abort = new AbortController();
+  const stop = (name: StopSignal) => abort.abort(new OpsError(message, STOP_SIGNALS[name]));
+  for (const name of Object.keys(STOP_SIGNALS) as StopSignal[]) process.once(name, stop);
+  return {
+    signal: abort.signal,
+    release: () => { for (const name of Object.keys(STOP_SIGNALS)) process.off(name, stop); },
+  };
 }
 
 /** Metadata of one operator command: a fresh request id serves as correlation, causation and idempotency key. */

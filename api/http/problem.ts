@@ -67,7 +67,7 @@ export const PROBLEM_TYPES = {
   'not-implemented': { statuses: [501], meaning: 'The operation is not implemented (no operation answers this at present).' },
   'not-caught-up': { statuses: [503], meaning: 'A read model did not reach the position the request waits for (`X-Min-Position`, or the operation\'s own wait) within `CONSISTENCY_TIMEOUT_MS`: retry after `Retry-After`.' },
   'not-configured': { statuses: [503], meaning: 'Something the operation needs is not configured: dashboard sessions (`AUTH_JWKS_URL` or `AUTH_JWT_SECRET`), or the memory service\'s chat provider (`LLM_BASE_URL`).' },
-  'not-ready': { statuses: [503], meaning: '`GET /readyz`: the event store or the read store failed or did not answer within 2 s, a projection this process serves is failing, the projection thread is restarting or unresponsive, or (with `READY_MAX_LAG`) a projection is too far behind; `detail` names each reason, and the `stores`, `thread` and `projections` members say more.' },
+  'not-ready': { statuses: [503], meaning: '`GET /readyz`: the event store or the read store failed or did not answer within 2 s, a projection this process serves is failing or past the end of the event log, the projection thread is restarting or unresponsive, or (with `READY_MAX_LAG`) a projection is too far behind; `detail` names each reason, and the `stores`, `thread` and `projections` members say more.' },
   'identity-provider-unavailable': { statuses: [503], meaning: 'Platform: the identity provider\'s keys (`AUTH_JWKS_URL`) could not be fetched, so a session token cannot be verified now: retry after `Retry-After`.' },
 } as const satisfies Record<string, { statuses: readonly number[]; meaning: string }>;
 

@@ -1,0 +1,47 @@
+/**
+ * The copying half of `ops backup` (see backup.ts), run as a process of its own so that a stop signal ends a copy
+ * at once: VACUUM INTO is one native call, which nothing in the process running it can interrupt (better-sqlite3
+ * has no sqlite3_interrupt, and a worker thread inside a native call holds its process open until it returns).
+ *
+ * Arguments: SOURCE TARGET pairs, copied in that order. Each ends fsynced and checked; a failure is one line on
+ * stderr and exit code 1.
+ */
+import Database from 'better-sqlite3';
+import { closeSync, fsyncSync, openSync } from 'node:fs';
+
+/**
+ * VACUUM INTO on a read connection copies one read transaction's snapshot: the server's writer goes on (WAL), and
+ * its commits do not restart the copy, as they restart the online backup API's when made by another connection.
+ */
+function copy(source: string, target: string): void {
+  const db = new Database(source, { readonly: true, fileMustExist: true });
+  try {
+    db.pragma('busy_timeout = 5000');
+    db.prepare('VACUUM INTO ?').run(target);
+  } catch (error) {
+    throw new Error(`copying ${source} failed: ${(error as Error).message}`);
+  } finally {
+    db.close();
+  }
+  const fd = openSync(target, 'r+');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  const copied = new Database(target, { readonly: true, fileMustExist: true });
+  try {
+    const answer = (copied.pragma('quick_check') as Array<{ quick_check: string }>).map((row) => row.quick_check);
+    if (answer.join() !== 'ok') throw new Error(`the copy of ${source} failed its integrity check: ${answer.slice(0, 3).join('; ')}`);
+  } finally {
+    copied.close();
+  }
+}
+
+const pairs = process.argv.slice(2);
+try {
+  for (let i = 0; i + 1 < pairs.length; i += 2) copy(pairs[i]!, pairs[i + 1]!);
+} catch (error) {
+  process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+  process.exitCode = 1;
+}

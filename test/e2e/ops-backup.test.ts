@@ -1,0 +1,219 @@
+import Database from 'better-sqlite3';
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
+import { startTestCairn, TEST_JWT_SECRET } from '../support/cairn.js';
+
+/** `ops backup` run as operators run it, against embedded stores in temp directories. */
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const work = mkdtempSync(join(tmpdir(), 'cairn-backup-'));
+t.teardown(() => rmSync(work, { recursive: true, force: true }));
+
+const env: NodeJS.ProcessEnv = { ...process.env };
+delete env.EVENTSTORE_URL;
+delete env.MONGODB_URL;
+
+interface Run { code: number | null; stdout: string; stderr: string }
+
+function start(script: string, args: string[], extraEnv: NodeJS.ProcessEnv) {
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { cwd: root, env: { ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const out = { stdout: '', stderr: '' };
+  child.stdout.on('data', (d: Buffer) => { out.stdout += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { out.stderr += d.toString(); });
+  const done = new Promise<Run>((resolve) => child.on('close', (code) => resolve({ code, ...out })));
+  return { child, out, done };
+}
+
+const backup = (dataDir: string, args: string[], extraEnv: NodeJS.ProcessEnv = {}) => start('ops/cli.ts', ['backup', ...args], { DATA_DIR: dataDir, ...extraEnv });
+
+interface Backup { dir: string; files: Array<{ file: string; bytes: number }>; head: number; events: number }
+
+const metadata = () => ({ correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() });
+const pings = (n: number) => Array.from({ length: n }, (_, i) => ({ id: randomUUID(), type: 'BackupTestPinged', data: { i }, metadata: metadata() }));
+
+/** A data dir with a short log and (unless `readModels` is false) a read-models file, no process using them. */
+async function dataDirWithLog(name: string, readModels = true): Promise<string> {
+  const dir = join(work, name);
+  const events = new EmbeddedEventStore(join(dir, 'events.db'));
+  await events.append('backup-seed', pings(3), 'no_stream');
+  await events.close();
+  if (readModels) await new EmbeddedReadStore(join(dir, 'readmodels.db'), { checkpointer: false }).close();
+  return dir;
+}
+
+function query<T>(file: string, sql: string, ...params: unknown[]): T[] {
+  const db = new Database(file, { readonly: true, fileMustExist: true });
+  try {
+    return db.prepare(sql).all(...params) as T[];
+  } finally {
+    db.close();
+  }
+}
+
+const EVENTS = 'SELECT position, id, stream, revision, type, data, metadata, recorded_at FROM events WHERE position <= ? ORDER BY position';
+
+/** Polls (a file to appear, for instance) every few milliseconds. */
+async function until(condition: () => boolean): Promise<void> {
+  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 3));
+}
+
+const scope = { agent: 'ava', user: 'sam' };
+
+t.test('a backup taken while the server appends: a prefix of the live log, checked, and a DATA_DIR a server runs on', async (t) => {
+  const dataDir = join(work, 'live');
+  const app = await startTestCairn({}, { dataDir });
+  let stopped = false;
+  t.teardown(() => (stopped ? undefined : app.stop()));
+  const stored = await app.memory('/v1/memories', { method: 'POST', json: { scope, text: 'Sam plays the cello' } });
+  t.equal(stored.status, 200);
+  const storedAt = stored.headers.get('x-event-position')!;
+  for (let s = 0; s < 10; s++) await app.events.append(`backup-bulk-${s}`, pings(500), 'no_stream');
+
+  // The server's own writer keeps appending, one event per commit, until both backups are done.
+  let appending = true;
+  const appender = (async () => {
+    for (let i = 0; appending; i++) await app.events.append(`backup-live-${i}`, pings(1), 'no_stream');
+  })();
+  const before = await app.events.headPosition();
+  const [logOnly, withReadModels] = await Promise.all([
+    backup(dataDir, [join(work, 'log-only')]).done,
+    backup(dataDir, [join(work, 'with-read-models'), '--read-models', '--json']).done,
+  ]);
+  appending = false;
+  await appender;
+  const live = join(dataDir, 'events.db');
+
+  // The same facts for people as with --json: each file with its size, then where, up to which position, how long.
+  const [, bytes, dir, head, events] = /^FILE +BYTES\nevents\.db +(\d+)\nbackup in (.+): the event log up to position (\d+) \((\d+) events?\), copied in \d+\.\d s\n$/
+    .exec(logOnly.stdout) ?? [];
+  t.ok(dir, logOnly.stdout);
+  const printed: Backup = { dir: dir!, files: [{ file: 'events.db', bytes: Number(bytes) }], head: Number(head), events: Number(events) };
+  const copies: Array<[Run, Backup, string[]]> = [
+    [logOnly, printed, ['events.db']],
+    [withReadModels, JSON.parse(withReadModels.stdout) as Backup, ['readmodels.db', 'events.db']],
+  ];
+  t.match(JSON.parse(withReadModels.stdout), { elapsed_ms: Number }, '--json: the time taken too');
+  for (const [run, result, files] of copies) {
+    t.equal(run.code, 0, run.stderr);
+    t.equal(run.stderr, '');
+    const copy = join(result.dir, 'events.db');
+    t.same(readdirSync(result.dir).sort(), [...files].sort(), 'the backup is these files and nothing else (no partial copy, no journal)');
+    t.same(result.files, files.map((file) => ({ file, bytes: statSync(join(result.dir, file)).size })), 'each file with its size, read models first');
+    t.same(query(copy, 'SELECT MAX(position) AS head, COUNT(*) AS events FROM events'), [{ head: result.head, events: result.events }], 'head and count are the copy\'s');
+    t.ok(result.head > before, `taken while the server appended: the copy ends at ${result.head}, the log was at ${before} when the backup started`);
+
+    t.same(query(copy, EVENTS, result.head), query(live, EVENTS, result.head), 'the same events, ids and positions as the live log up to the copy\'s head');
+    t.same(query(copy, 'SELECT name, revision, last_position FROM streams ORDER BY name'),
+      query(copy, 'SELECT stream AS name, MAX(revision) AS revision, MAX(position) AS last_position FROM events GROUP BY stream ORDER BY stream'),
+      'its streams table is of the same snapshot as its events');
+    for (const file of files) t.same(query(join(result.dir, file), 'PRAGMA integrity_check'), [{ integrity_check: 'ok' }], `${file} passes integrity_check`);
+
+    if (files.includes('readmodels.db')) {
+      const checkpoints = query<{ projection: string; slot: string; position: number }>(join(result.dir, 'readmodels.db'), 'SELECT projection, slot, position FROM rm_checkpoints');
+      t.ok(checkpoints.some((c) => c.position >= Number(storedAt)), 'the read models hold what the server had projected');
+      t.same(checkpoints.filter((c) => c.position > result.head), [], `no checkpoint is past the copy's log head (${result.head})`);
+    }
+  }
+
+  stopped = true;
+  await app.stop();
+  // `DATA_DIR=<backup> npm start`: the memory stored before the backup is found, whether the read models were
+  // copied or are rebuilt from the log at start.
+  await Promise.all(copies.map(async ([, { dir }]) => {
+    const server = start('api/main.ts', [], { DATA_DIR: dir, PORT: '0', MEMORY_PORT: '0', HOST: '127.0.0.1', AUTH_JWT_SECRET: TEST_JWT_SECRET, LOG_LEVEL: 'info' });
+    t.teardown(() => { server.child.kill('SIGKILL'); });
+    await until(() => server.out.stdout.includes('cairn started') || server.child.exitCode !== null);
+    const memoryUrl = (JSON.parse(server.out.stdout.split('\n').find((line) => line.includes('cairn started'))!) as { memory: string }).memory;
+    const res = await fetch(`${memoryUrl}/v1/search`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json', 'X-Min-Position': storedAt }, body: JSON.stringify({ scope, query: 'cello' }),
+    });
+    t.equal(res.status, 200, dir);
+    t.equal(((await res.json()) as { results: Array<{ text: string }> }).results[0]?.text, 'Sam plays the cello', `found on ${dir}`);
+    server.child.kill('SIGTERM');
+    await once(server.child, 'close');
+  }));
+});
+
+t.test('refused, with nothing written: a DIR that is not empty, a DATA_DIR without a log, EventStoreDB or MongoDB', async (t) => {
+  const dataDir = await dataDirWithLog('refusals');
+  const logOnly = await dataDirWithLog('refusals-no-read-models', false);
+  const full = join(work, 'full');
+  mkdirSync(full);
+  writeFileSync(join(full, 'notes.txt'), 'keep me');
+  const file = join(work, 'a-file');
+  writeFileSync(file, '');
+  const fresh = (name: string) => join(work, `refused-${name}`);
+
+  const cases: Array<{ name: string; dataDir?: string; args: string[]; env?: NodeJS.ProcessEnv; stderr: RegExp; untouched: string }> = [
+    { name: 'not empty', args: [full], stderr: /^error: .*full is not empty: a backup goes into a new or an empty directory\n$/, untouched: full },
+    { name: 'a file', args: [file], stderr: /^error: .*a-file is not a directory\n$/, untouched: file },
+    { name: 'no parent', args: [join(fresh('parent'), 'backup')], stderr: /^error: cannot create .*refused-parent\/backup: .*refused-parent does not exist\n$/, untouched: fresh('parent') },
+    { name: 'no log', dataDir: join(work, 'typo'), args: [fresh('typo')], stderr: /^error: no event log in .*typo \(set DATA_DIR/, untouched: fresh('typo') },
+    { name: 'no read models', dataDir: logOnly, args: [fresh('no-read-models'), '--read-models'], stderr: /^error: no read models in .*\(readmodels\.db\) to copy; leave out --read-models\n$/, untouched: fresh('no-read-models') },
+    { name: 'EventStoreDB', env: { EVENTSTORE_URL: 'esdb://localhost:2113?tls=false' }, args: [fresh('esdb')],
+      stderr: /^error: EVENTSTORE_URL is set: backup copies only the embedded event log in DATA_DIR; .*its file-copy backup.*rebuilt from the log\n$/, untouched: fresh('esdb') },
+    { name: 'MongoDB read models', env: { MONGODB_URL: 'mongodb://localhost:27017' }, args: [fresh('mongo'), '--read-models'],
+      stderr: /^error: MONGODB_URL is set: the read models are in MongoDB, not in DATA_DIR; leave out --read-models/, untouched: fresh('mongo') },
+  ];
+  const before = (path: string) => (existsSync(path) ? (statSync(path).isDirectory() ? readdirSync(path) : 'a file') : 'absent');
+  const states = cases.map((c) => before(c.untouched));
+  const [help, ...runs] = await Promise.all([
+    backup(dataDir, ['--help']).done,
+    ...cases.map((c) => backup(c.dataDir ?? dataDir, c.args, c.env).done),
+  ]);
+  t.equal(help.code, 0);
+  t.match(help.stdout, /Usage: ops backup \[options\] <dir>[\s\S]*--read-models[\s\S]*To restore: stop the server/);
+  runs.forEach((run, i) => {
+    const c = cases[i]!;
+    t.equal(run.code, 1, c.name);
+    t.equal(run.stdout, '', `${c.name}: no output`);
+    t.match(run.stderr, c.stderr, `${c.name}: one line naming the reason`);
+    t.same(before(c.untouched), states[i], `${c.name}: nothing written`);
+  });
+  t.notOk(existsSync(join(work, 'typo')), 'the mistyped DATA_DIR is not created');
+});
+
+t.test('stopped (SIGTERM, SIGINT) or failing during the copy: what was written is removed', async (t) => {
+  const dataDir = await dataDirWithLog('locked');
+  // While this connection holds the log exclusively, a backup copies the read models, then waits to read the log
+  // (for its busy timeout, 5 s, then fails): a backup in progress, with a partial copy in its directory.
+  const lock = new Database(join(dataDir, 'events.db'));
+  lock.pragma('locking_mode = EXCLUSIVE');
+  lock.exec('BEGIN EXCLUSIVE');
+  t.teardown(() => lock.close());
+  const existing = join(work, 'stopped-existing');
+  mkdirSync(existing);
+
+  const cases = [
+    { dir: join(work, 'stopped-new'), signal: 'SIGTERM', code: 143, after: 'absent' },
+    { dir: existing, signal: 'SIGINT', code: 130, after: 'empty' },
+    { dir: join(work, 'failed-new'), code: 1, after: 'absent' },
+  ] as const;
+  await Promise.all(cases.map(async (c) => {
+    const run = backup(dataDir, [c.dir, '--read-models']);
+    let sent = 0;
+    if ('signal' in c) {
+      await until(() => existsSync(join(c.dir, 'readmodels.db.partial')) || run.child.exitCode !== null);
+      sent = Date.now();
+      run.child.kill(c.signal);
+    }
+    const { code, stdout, stderr } = await run.done;
+    t.equal(code, c.code, `${'signal' in c ? c.signal : 'failure'}: ${stderr}`);
+    t.equal(stdout, '');
+    if ('signal' in c) {
+      t.match(stderr, /^error: backup into .* interrupted; nothing of it is left\n$/);
+      t.ok(Date.now() - sent < 3000, `${c.signal} ended the copy at once (in ${Date.now() - sent} ms), not when its wait for the log ended`);
+    } else {
+      t.match(stderr, /^error: copying .*locked\/events\.db failed: database is locked\n$/);
+    }
+    if (c.after === 'absent') t.notOk(existsSync(c.dir), `${c.dir}: made by the backup, removed`);
+    else t.same(readdirSync(c.dir), [], `${c.dir}: there before, left empty`);
+  }));
+});
