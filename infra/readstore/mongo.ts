@@ -1,4 +1,4 @@
-import { MongoClient, MongoError, MongoServerError } from 'mongodb';
+import { MongoClient, MongoServerError, ReadPreference } from 'mongodb';
 import type { ClientSession, Collection, Db, Document, Filter, Sort } from 'mongodb';
 import {
   decodeCursor, encodeCursor,
@@ -84,11 +84,16 @@ export class MongoReadStore implements ReadStore {
     this.registry = db.collection<RegistryDoc>('_collections');
   }
 
+  /**
+   * Reads go to the primary whatever `readPreference` the URL names: a secondary lags behind the batches a
+   * query was told (by the runner's position) had been applied, and behind the checkpoints that onLive,
+   * rebuilds and batches compare with what they just read.
+   */
   static async connect(url: string, dbName: string): Promise<MongoReadStore> {
     const client = new MongoClient(url);
     await client.connect();
     try {
-      const db = client.db(dbName);
+      const db = client.db(dbName, { readPreference: ReadPreference.PRIMARY });
       const hello = await db.admin().command({ hello: 1 });
       const transactions = typeof hello.setName === 'string' || hello.msg === 'isdbgrid';
       await db.collection('_checkpoints').createIndex({ slot: 1, projection: 1 });
@@ -181,36 +186,36 @@ export class MongoReadStore implements ReadStore {
   }
 
   /**
-   * Checkpoint read, documents and checkpoint update in one snapshot transaction: a concurrent batch
-   * or rebuild swap touching the same checkpoint makes one of them fail with a write conflict, and
-   * the runner starts again from the stored checkpoint. Not retried here on purpose (withTransaction
-   * would re-run `fn`): the runner already retries the whole batch.
+   * Checkpoint read, documents and checkpoint update in one snapshot transaction, run by the driver's
+   * withTransaction. A concurrent write to a document of the batch makes it fail with a write conflict
+   * (TransientTransactionError): another node's runner committing the same batch, a rebuild swap, a failure
+   * recorded beside the checkpoint, a failover. withTransaction then runs it again (with backoff) in a new
+   * snapshot, whose checkpoint read answers false if the checkpoint moved, before `fn` runs again (`fn` only
+   * writes through the writer, and what the aborted attempt wrote is gone). It commits again too when the
+   * outcome of a commit is unknown (UnknownTransactionCommitResult). A callback that aborted returns false as is.
    */
   private async applyInTransaction(projection: string, slotName: Slot, expected: { position: number; generation: number },
     position: number, fn: (writer: ProjectionWriter) => Promise<void>): Promise<boolean> {
     const session = this.client.startSession();
     try {
-      session.startTransaction({ readConcern: { level: 'snapshot' }, writeConcern: { w: 'majority' }, readPreference: 'primary' });
-      const stored = await this.slot(projection, slotName, session);
-      if (!stored || stored.position !== expected.position || stored.generation !== expected.generation) {
-        await session.abortTransaction();
-        return false;
-      }
-      await fn(this.writer(projection, stored.generation, session));
-      const moved = await this.checkpoints.updateOne(
-        { _id: slotId(projection, slotName), position: expected.position, generation: expected.generation },
-        { $set: { position, updated_at: new Date().toISOString() } },
-        { session },
-      );
-      if (moved.matchedCount === 0) {
-        await session.abortTransaction();
-        return false;
-      }
-      await commitWithRetry(session);
-      return true;
-    } catch (error) {
-      if (session.inTransaction()) await session.abortTransaction().catch(() => undefined);
-      throw error;
+      return await session.withTransaction(async () => {
+        const stored = await this.slot(projection, slotName, session);
+        if (!stored || stored.position !== expected.position || stored.generation !== expected.generation) {
+          await session.abortTransaction();
+          return false;
+        }
+        await fn(this.writer(projection, stored.generation, session));
+        const moved = await this.checkpoints.updateOne(
+          { _id: slotId(projection, slotName), position: expected.position, generation: expected.generation },
+          { $set: { position, updated_at: new Date().toISOString() } },
+          { session },
+        );
+        if (moved.matchedCount === 0) {
+          await session.abortTransaction();
+          return false;
+        }
+        return true;
+      }, { readConcern: { level: 'snapshot' }, writeConcern: { w: 'majority' }, readPreference: 'primary' });
     } finally {
       await session.endSession();
     }
@@ -462,22 +467,6 @@ async function ignoreDuplicateKey(write: Promise<unknown>): Promise<void> {
     await write;
   } catch (error) {
     if (!isDuplicateKey(error)) throw error;
-  }
-}
-
-/**
- * Retries only the commit itself when its outcome is unknown (the driver's documented pattern). The label
- * also comes on network and server-selection errors, which are MongoErrors but not MongoServerErrors.
- */
-export async function commitWithRetry(session: ClientSession): Promise<void> {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      await session.commitTransaction();
-      return;
-    } catch (error) {
-      if (attempt < 3 && error instanceof MongoError && error.hasErrorLabel('UnknownTransactionCommitResult')) continue;
-      throw error;
-    }
   }
 }
 
