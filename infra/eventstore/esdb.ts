@@ -41,6 +41,17 @@ function toPosition(position: Position): number {
   return Number(position.commit);
 }
 
+/**
+ * A position the server may not know, as a number, or 0 where it does not: stream reads on servers before 22.6
+ * and events of explicit transactions carry {2^64-1, 2^64-1} (the server's Position.End for "none"), which the
+ * client passes on as it is (it never leaves `position` out); an append's answer may have none, or -1.
+ */
+function knownPosition(position: Position | undefined): number {
+  return position && position.commit > 0n && position.commit === position.prepare && position.commit <= BigInt(Number.MAX_SAFE_INTEGER)
+    ? Number(position.commit)
+    : 0;
+}
+
 function esdbPosition(position: number): ReadPosition {
   // No user event sits at 0: the log starts with the epoch record.
   if (position <= 0) return START;
@@ -81,6 +92,7 @@ export class EsdbEventStore implements EventStore {
   readonly kind = 'esdb' as const;
   private readonly client: EventStoreDBClient;
   private readonly subscriptions = new Set<AllStreamSubscription>();
+  private readonly reads = new Set<StreamingRead<unknown>>();
   private closed = false;
 
   constructor(connectionString: string) {
@@ -118,14 +130,13 @@ export class EsdbEventStore implements EventStore {
         data: e.data as JSONType,
         metadata: e.metadata as unknown as JSONType,
       })), { expectedRevision: toExpectedRevision(expected) });
+      // With `throwOnAppendFailure=false` in the connection string the client answers a refused expectation with
+      // `success: false` instead of throwing (on its batch path with a current revision made of a boolean): ask the stream.
+      if (!result.success) throw new WrongExpectedVersionError(stream, expected, (await this.streamInfo(stream))?.revision ?? 'no_stream');
       const revision = Number(result.nextExpectedRevision);
       // The server answers with the last event's position, also for an idempotent retry (it looks the
       // event up); older servers may leave it out of a retry's answer (or send -1), so read it back then.
-      const reported = result.position;
-      const position = reported && reported.commit > 0n && reported.commit === reported.prepare
-        && reported.commit <= BigInt(Number.MAX_SAFE_INTEGER)
-        ? Number(reported.commit)
-        : await this.positionOf(stream, revision);
+      const position = knownPosition(result.position) || await this.positionOf(stream, revision);
       return { revision, position };
     } catch (error) {
       if (isErrorOfType(error, ErrorType.WRONG_EXPECTED_VERSION)) {
@@ -156,11 +167,11 @@ export class EsdbEventStore implements EventStore {
   async readStream(stream: string, options: { fromRevision?: number; limit?: number } = {}): Promise<RecordedEvent[]> {
     const from = options.fromRevision ?? 0;
     if (options.limit === 0) return [];
-    const read = await drainStream(this.client.readStream(stream, {
+    const read = await drainStream(this.track(this.client.readStream(stream, {
       fromRevision: from > 0 ? BigInt(from) : START,
       direction: FORWARDS,
       ...(options.limit !== undefined && options.limit > 0 ? { maxCount: options.limit } : {}),
-    }));
+    })));
     return read.flatMap((resolved) => (resolved.event ? [toRecorded(resolved.event, false)] : []));
   }
 
@@ -180,7 +191,7 @@ export class EsdbEventStore implements EventStore {
     let after = fromPosition;
     while (found.length < limit) {
       const pageSize = Math.min(Math.max(limit - found.length + 1, 64), 4096);
-      const page = await drain(this.client.readAll({ fromPosition: esdbPosition(after), maxCount: pageSize, direction: FORWARDS }), signal);
+      const page = await drain(this.track(this.client.readAll({ fromPosition: esdbPosition(after), maxCount: pageSize, direction: FORWARDS })), signal);
       for (const { event } of page) {
         if (!event) continue;
         const position = toPosition(event.position);
@@ -252,7 +263,7 @@ export class EsdbEventStore implements EventStore {
     const signal = abortAfter(bound.timeoutMs);
     let from: ReadPosition = END;
     for (;;) {
-      const page: AllStreamResolvedEvent[] = await drain(this.client.readAll({ fromPosition: from, maxCount: 64, direction: BACKWARDS }), signal);
+      const page: AllStreamResolvedEvent[] = await drain(this.track(this.client.readAll({ fromPosition: from, maxCount: 64, direction: BACKWARDS })), signal);
       const events = page.flatMap((resolved) => (resolved.event ? [resolved.event] : []));
       const found = events.find((event) => !isSystem(event));
       if (found) return toPosition(found.position);
@@ -264,7 +275,7 @@ export class EsdbEventStore implements EventStore {
 
   /** The last record of $all, whatever it is (a system event after ours, a scavenge's): one backwards read. `bound`: see headPosition. */
   async endPosition(bound: { timeoutMs?: number } = {}): Promise<number> {
-    const [last] = await drain(this.client.readAll({ fromPosition: END, maxCount: 1, direction: BACKWARDS }), abortAfter(bound.timeoutMs));
+    const [last] = await drain(this.track(this.client.readAll({ fromPosition: END, maxCount: 1, direction: BACKWARDS })), abortAfter(bound.timeoutMs));
     return last?.event ? toPosition(last.event.position) : 0;
   }
 
@@ -305,7 +316,7 @@ export class EsdbEventStore implements EventStore {
   private async streamNames(): Promise<string[]> {
     const names = new Set<string>();
     try {
-      for await (const { event } of this.client.readStream('$streams', { resolveLinkTos: false })) {
+      for await (const { event } of this.track(this.client.readStream('$streams', { resolveLinkTos: false }))) {
         const name = event ? linkTarget(event.data) : undefined;
         if (name && !name.startsWith('$')) names.add(name);
       }
@@ -313,7 +324,7 @@ export class EsdbEventStore implements EventStore {
     } catch (error) {
       if (!isErrorOfType(error, ErrorType.STREAM_NOT_FOUND)) throw error;
     }
-    for await (const { event } of this.client.readAll({ direction: FORWARDS })) {
+    for await (const { event } of this.track(this.client.readAll({ direction: FORWARDS }))) {
       if (event && !isSystem(event)) names.add(event.streamId);
     }
     return [...names];
@@ -321,7 +332,9 @@ export class EsdbEventStore implements EventStore {
 
   /**
    * First and last events of the stream. `event_count` assumes no gaps, true for ESDB revisions; a
-   * stream truncated by $maxAge/$maxCount/$tb counts only the events it still holds.
+   * stream truncated by $maxAge/$maxCount/$tb counts only the events it still holds. A deleted stream has no
+   * info, also one still linked from $streams: the server answers a read of a soft-deleted stream with not
+   * found, of a tombstoned (hard-deleted) one with StreamDeletedError.
    */
   async streamInfo(stream: string): Promise<StreamInfo | undefined> {
     const last = await this.readOne(stream, BACKWARDS);
@@ -332,23 +345,40 @@ export class EsdbEventStore implements EventStore {
       stream,
       revision: Number(last.revision),
       event_count: Number(last.revision - first.revision) + 1,
-      first_position: first.position ? Number(first.position.commit) : 0,
-      last_position: last.position ? Number(last.position.commit) : 0,
+      first_position: knownPosition(first.position),
+      last_position: knownPosition(last.position),
       created_at: first.created.toISOString(),
       updated_at: last.created.toISOString(),
     };
   }
 
   private async readOne(stream: string, direction: typeof FORWARDS | typeof BACKWARDS): Promise<EsdbRecordedEvent | undefined> {
-    const read = await drainStream(this.client.readStream(stream, {
-      direction, fromRevision: direction === FORWARDS ? START : END, maxCount: 1,
-    }));
-    return read.find((resolved) => resolved.event)?.event;
+    try {
+      const read = await drainStream(this.track(this.client.readStream(stream, {
+        direction, fromRevision: direction === FORWARDS ? START : END, maxCount: 1,
+      })));
+      return read.find((resolved) => resolved.event)?.event;
+    } catch (error) {
+      if (isErrorOfType(error, ErrorType.STREAM_DELETED)) return undefined;
+      throw error;
+    }
+  }
+
+  /**
+   * A read that close() ends with an error. The client's dispose() cancels the gRPC call under a read, and its
+   * read stream takes the cancellation for an end: the read would answer with what it had so far (nothing, or
+   * part of a stream) as if that were all.
+   */
+  private track<T extends StreamingRead<unknown>>(reading: T): T {
+    this.reads.add(reading);
+    reading.once('close', () => this.reads.delete(reading));
+    return reading;
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    for (const reading of this.reads) reading.destroy(new Error('event store is closed'));
     for (const subscription of this.subscriptions) subscription.destroy();
     await this.client.dispose();
   }
@@ -412,12 +442,10 @@ function linkTarget(data: unknown): string | undefined {
 
 /**
  * `strict` for $all reads, where the position is the checkpoint: it must be exact. Stream reads only
- * inform (commands use revisions), and servers before 22.6 do not send positions there at all.
+ * inform (commands use revisions), and may not know it (0, see knownPosition).
  */
 function toRecorded(event: EsdbRecordedEvent, strict: boolean): RecordedEvent {
-  const position = strict
-    ? toPosition(event.position!)
-    : event.position ? Number(event.position.commit) : 0;
+  const position = strict ? toPosition(event.position!) : knownPosition(event.position);
   return {
     id: event.id,
     stream: event.streamId,
