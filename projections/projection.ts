@@ -1,5 +1,5 @@
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port.js';
-import type { CollectionSpec, ProjectionWriter } from '../infra/readstore/port.js';
+import type { CollectionSpec, ProjectionWriter, ReadStore } from '../infra/readstore/port.js';
 
 /**
  * A read model: the events it reads and how each one changes its documents.
@@ -21,4 +21,11 @@ export interface Projection {
   afterCommit?(events: RecordedEvent[], generation: number): void;
   /** Called when the projection's documents were swapped (rebuild) or must be reloaded. */
   reset?(): Promise<void>;
+  /**
+   * Another process committed these events to this generation's documents first (it won the race for a batch:
+   * several nodes project one log into one read store): bring in-process state in line with them, as afterCommit
+   * would have. `reads` has the documents as that process left them (or later). Without it, the runner resets
+   * (a full reload of every in-process index, for every batch lost).
+   */
+  committedElsewhere?(events: RecordedEvent[], generation: number, reads: ReadStore): Promise<void>;
 }

@@ -106,19 +106,24 @@ export class ProjectionRunner {
 
   /**
    * From the stored checkpoint. `reset: false` keeps the projection's in-process state (indexes, caches):
-   * right after a batch failed before its commit, that state is still the stored checkpoint's, and a reset
+   * right after a batch failed before its commit, that state is still the stored checkpoint's (unless another
+   * process moved it on meanwhile: then it follows, see followElsewhere), and a reset
    * would make every sink reload in full (the whole BM25 or vector index) once a second while, say, an
    * embeddings provider is down.
    */
   private async reload(options: { reset?: boolean } = {}): Promise<void> {
     const cp = await this.store.checkpoint(this.projection.name);
+    // Another process moved this generation on (it won the race for a batch, or committed while this runner
+    // retried a failure): in-process state follows the events it committed, rather than reloading in full.
+    const movedOn = this.started && cp.generation === this.generation && cp.position > this.stored;
+    const followed = movedOn && await this.followElsewhere(this.stored, cp.position);
     this.position = cp.position;
     this.stored = cp.position;
     this.scanned = cp.position;
     this.holding = 0;
     const generation = this.generation;
     this.moved = false;
-    const reset = options.reset !== false || cp.generation !== generation;
+    const reset = !followed && (options.reset !== false || cp.generation !== generation || movedOn);
     this.generation = cp.generation;
     // A failure recorded by a runner before this one (a projection thread that died, a server restarted
     // while the projection failed) goes on: the same since, counted on; a rebuilt generation starts afresh.
@@ -129,6 +134,29 @@ export class ProjectionRunner {
     if (reset) await this.projection.reset?.();
     // Possibly lower than before (a rebuilt generation went live): whoever mirrors positions must know.
     this.progress.emit('position', this.position);
+  }
+
+  /**
+   * Hands the projection (committedElsewhere) the events it reads in (`from`, `to`], which another process committed
+   * to this generation. False when it has no such hook or it failed (the caller then resets in full).
+   */
+  private async followElsewhere(from: number, to: number): Promise<boolean> {
+    const follow = this.projection.committedElsewhere;
+    if (!follow) return false;
+    try {
+      const events: RecordedEvent[] = [];
+      for (let after = from; after < to;) {
+        const page = await this.events.readAll(after, { limit: BATCH, filter: { types: [...this.projection.canHandle] } });
+        events.push(...page.filter((e) => e.position <= to));
+        if (page.length < BATCH) break;
+        after = page[page.length - 1]!.position;
+      }
+      if (events.length > 0) await follow.call(this.projection, events, this.generation, this.store);
+      return true;
+    } catch (error) {
+      this.log?.warn({ err: error, projection: this.name }, 'could not follow batches committed by another process; reloading in-process state');
+      return false;
+    }
   }
 
   private async run(): Promise<void> {

@@ -88,5 +88,7 @@ export function memoriesProjection(sink?: IndexSink<RecordedEvent[]>): Projectio
     },
     afterCommit: sink && ((events, generation) => sink.afterCommit(events, generation)),
     reset: sink && (() => sink.reset()),
+    // The BM25 index follows the events themselves: another process's commit of them changes it as ours would.
+    committedElsewhere: sink && (async (events, generation) => sink.afterCommit(events, generation)),
   };
 }

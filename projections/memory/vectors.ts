@@ -255,6 +255,25 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
       for (const event of events) prepared.delete(event.id);
       sink?.afterCommit(batch, generation);
     },
-    reset: sink && (() => sink.reset()),
+    async reset() {
+      prepared.clear(); // embeddings of a batch that was never committed here
+      await sink?.reset();
+    },
+    // The vectors that process computed are in the documents: read them rather than ask the provider again.
+    async committedElsewhere(events, generation, reads) {
+      const batch: Embedded[] = [];
+      for (const event of events) {
+        prepared.delete(event.id);
+        const e = event as unknown as Handled;
+        let vector: Float32Array | undefined;
+        if (e.type === 'MemoryStored' || e.type === 'MemoryUpdated') {
+          const doc = await reads.get<VectorDoc>(VECTORS, memoryDocId(e.data.agent, e.data.user, e.data.memory_id));
+          // Made by another model (a node configured differently): left out of searches, as a reload would.
+          if (doc && doc.model === embedder.model) vector = decodeVector(doc.vector, doc.dim);
+        }
+        batch.push({ event: e, vector });
+      }
+      sink?.afterCommit(batch, generation);
+    },
   };
 }
