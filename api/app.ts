@@ -166,8 +166,9 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
       })));
       // Graceful stop: no new writes arrive now; let the read models apply everything written (bounded),
       // so a restart (perhaps with another embedding model) does not have to apply it instead.
-      const head = await events.headPosition();
-      await Promise.all(host.names.map((name) => host.waitFor(name, head, config.consistencyTimeoutMs).catch(() => undefined)));
+      // An event store that does not answer (EVENTSTORE_TIMEOUT_MS) skips the wait, not the closing.
+      const head = await events.headPosition().catch(() => undefined);
+      if (head !== undefined) await Promise.all(host.names.map((name) => host.waitFor(name, head, config.consistencyTimeoutMs).catch(() => undefined)));
       await host.stop();
       await reads.close();
       await events.close();

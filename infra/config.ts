@@ -7,6 +7,11 @@ export interface Config {
   memoryPort: number;
   dataDir: string;
   eventStoreUrl?: string;
+  /**
+   * EVENTSTORE_TIMEOUT_MS: how long a call to EventStoreDB waits for the server (an append for its answer, a read for
+   * each of its answers) before it fails, answered 503 event-store-unavailable.
+   */
+  eventStoreTimeoutMs: number;
   mongodbUrl?: string;
   mongodbDb: string;
   auth: {
@@ -183,6 +188,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     memoryPort: bounded('MEMORY_PORT', 8081, 0, 65535, env),
     dataDir: resolve(optional(env.DATA_DIR) ?? './data'),
     eventStoreUrl: optional(env.EVENTSTORE_URL),
+    // At least long enough for a healthy server's round trip; at most what a timer can wait (see CONSISTENCY_TIMEOUT_MS).
+    eventStoreTimeoutMs: bounded('EVENTSTORE_TIMEOUT_MS', 10_000, 100, 600_000, env),
     mongodbUrl: optional(env.MONGODB_URL),
     mongodbDb: optional(env.MONGODB_DB) ?? 'cairn',
     auth: authConfig(env),

@@ -12,13 +12,13 @@ import type { ReadStore } from './readstore/port.js';
  * projections run in their own thread): the writing side's checkpointer thread keeps the WAL short.
  */
 export async function openStores(
-  config: Pick<Config, 'dataDir' | 'eventStoreUrl' | 'mongodbUrl' | 'mongodbDb'>,
+  config: Pick<Config, 'dataDir' | 'eventStoreUrl' | 'eventStoreTimeoutMs' | 'mongodbUrl' | 'mongodbDb'>,
   options: { checkpointer?: boolean; appends?: boolean } = {},
 ): Promise<{ events: EventStore; reads: ReadStore }> {
   let events: EventStore;
   if (config.eventStoreUrl) {
     const { EsdbEventStore } = await import('./eventstore/esdb.js');
-    events = new EsdbEventStore(config.eventStoreUrl);
+    events = new EsdbEventStore(config.eventStoreUrl, { timeoutMs: config.eventStoreTimeoutMs });
   } else {
     events = new EmbeddedEventStore(join(config.dataDir, 'events.db'), { appends: options.appends ?? true });
   }

@@ -6,7 +6,7 @@ import type { Duplex } from 'node:stream';
 import { stringify as toYaml } from 'yaml';
 import type { RequestMeta } from '../../commands/bus.js';
 import { DomainError, type DomainErrorKind } from '../../domain/shared/decider.js';
-import { DuplicateEventIdError, StorageFullError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
+import { DuplicateEventIdError, EventStoreTimeoutError, StorageFullError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import type { Logger } from '../../infra/logger.js';
 import { InvalidCursorError } from '../../infra/readstore/port.js';
 import { ConsistencyTimeoutError } from '../../projections/runner.js';
@@ -54,6 +54,11 @@ export function toProblemError(error: unknown): ProblemError {
   }
   if (error instanceof DuplicateEventIdError) return new ProblemError(409, 'duplicate-request', 'this request id was already used for a different change');
   if (error instanceof StorageFullError) return new ProblemError(507, 'storage-full', 'the server\'s storage is full: nothing of this request was written; retry once space has been freed');
+  if (error instanceof EventStoreTimeoutError) {
+    return new ProblemError(503, 'event-store-unavailable', error.operation === 'append'
+      ? 'the event store did not answer in time: whether this request\'s changes were written is unknown; retrying it with the same Idempotency-Key is safe'
+      : 'the event store did not answer in time; retry later', { headers: { 'Retry-After': '5' } });
+  }
   if (error instanceof ConsistencyTimeoutError) {
     return new ProblemError(503, 'not-caught-up', error.message, { headers: { 'Retry-After': '1' } });
   }

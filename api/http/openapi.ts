@@ -61,7 +61,7 @@ const ERROR_TEXT: Record<number, string> = {
   500: 'Internal failure: a store failed or something unexpected happened (`internal`), or a model provider failed where one is called (`provider-failure`); the body is generic, the server log has the details',
   501: 'Not implemented',
   507: 'The server\'s storage is full (`storage-full`): nothing was written; retry once space has been freed',
-  503: 'Unavailable for now (the problem\'s `type` says why): a read model did not catch up in time (`not-caught-up`, see Retry-After), or something the operation needs is not configured (`not-configured`)',
+  503: 'Unavailable for now (the problem\'s `type` says why): a read model did not catch up in time (`not-caught-up`, see Retry-After), something the operation needs is not configured (`not-configured`), or the event store did not answer in time (`event-store-unavailable`, see Retry-After: a write\'s outcome is unknown, and a retry with the same Idempotency-Key is safe)',
 };
 const SESSION_UNAVAILABLE = ', or the identity provider\'s keys could not be fetched to verify the session (`identity-provider-unavailable`, see Retry-After)';
 
@@ -71,12 +71,13 @@ const isCommand = (r: RouteDef) => r.method !== 'GET' && !r.readModels;
 /**
  * Problem statuses an operation can answer whatever its handler does, added to those its route lists:
  * 500 on every one (the stores can fail), 409 on every command (the bus retries a concurrent change a few
- * times, then gives up; an Idempotency-Key repeat can collide) and 507 (the log's storage is full), 503 where it waits for a read model
- * (X-Min-Position) or accepts dashboard sessions (not configured, or the identity provider's keys out of reach).
+ * times, then gives up; an Idempotency-Key repeat can collide), 507 (the log's storage is full) and 503 (the event
+ * store did not answer in time); 503 also where it waits for a read model (X-Min-Position) or accepts dashboard
+ * sessions (not configured, or the identity provider's keys out of reach).
  */
 function impliedErrors(r: RouteDef): number[] {
   return [
-    ...(isCommand(r) ? [409, 507] : []),
+    ...(isCommand(r) ? [409, 503, 507] : []),
     500,
     ...((r.readModels?.length ?? 0) > 0 || r.auth.includes('session') ? [503] : []),
   ];

@@ -69,6 +69,7 @@ export const PROBLEM_TYPES = {
   'not-configured': { statuses: [503], meaning: 'Something the operation needs is not configured: dashboard sessions (`AUTH_JWKS_URL` or `AUTH_JWT_SECRET`), or the memory service\'s chat provider (`LLM_BASE_URL`).' },
   'not-ready': { statuses: [503], meaning: '`GET /readyz`: the event store or the read store failed or did not answer within 2 s, a projection this process serves is failing or past the end of the event log, the projection thread is restarting or unresponsive, or (with `READY_MAX_LAG`) a projection is too far behind; `detail` names each reason, and the `stores`, `thread` and `projections` members say more.' },
   'identity-provider-unavailable': { statuses: [503], meaning: 'Platform: the identity provider\'s keys (`AUTH_JWKS_URL`) could not be fetched, so a session token cannot be verified now: retry after `Retry-After`.' },
+  'event-store-unavailable': { statuses: [503], meaning: 'The event store (EventStoreDB, `EVENTSTORE_URL`) did not answer within `EVENTSTORE_TIMEOUT_MS`, or answered that its write timed out (a network partition, a server that hangs, a leader election). The outcome of a write is unknown: its changes may have been written, or may be still. Retrying with the same Idempotency-Key is safe where the operation takes one; retry after `Retry-After`.' },
 } as const satisfies Record<string, { statuses: readonly number[]; meaning: string }>;
 
 export type ProblemSlug = keyof typeof PROBLEM_TYPES;

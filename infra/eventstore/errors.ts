@@ -1,4 +1,4 @@
-import type { ExpectedRevision } from './port.js';
+import type { EventStore, ExpectedRevision } from './port.js';
 
 /** The stream was not at the revision the command was decided on. Maps to 409. */
 export class WrongExpectedVersionError extends Error {
@@ -26,4 +26,23 @@ export class DuplicateEventIdError extends Error {
  */
 export class StorageFullError extends Error {
   override readonly name = 'StorageFullError';
+}
+
+/**
+ * EventStoreDB did not answer in time (EVENTSTORE_TIMEOUT_MS: a network partition, a server that hangs, a leader
+ * election that does not end), or answered that its write timed out. For an append the outcome is unknown: it may
+ * have been written, or may be still. Maps to 503 event-store-unavailable.
+ */
+export class EventStoreTimeoutError extends Error {
+  override readonly name = 'EventStoreTimeoutError';
+  constructor(
+    /** The port's method that was called (appendAll reports the append of the stream that timed out). */
+    readonly operation: keyof EventStore,
+    readonly stream: string | undefined,
+    readonly timeoutMs: number,
+    options?: ErrorOptions,
+  ) {
+    super(`the event store did not answer ${operation}${stream === undefined ? '' : ` of ${stream}`} in time (${timeoutMs} ms)`
+      + (operation === 'append' ? ': whether the events were written is unknown' : ''), options);
+  }
 }

@@ -6,7 +6,7 @@ import type {
   AllStreamRecordedEvent, AllStreamResolvedEvent, AllStreamSubscription, AppendExpectedRevision, Filter, JSONType, Position,
   RecordedEvent as EsdbRecordedEvent, ReadPosition, StreamingRead,
 } from '@eventstore/db-client';
-import { DuplicateEventIdError, WrongExpectedVersionError } from './errors.js';
+import { DuplicateEventIdError, EventStoreTimeoutError, WrongExpectedVersionError } from './errors.js';
 import { matchesFilter } from './port.js';
 import type {
   AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
@@ -87,16 +87,26 @@ function isErrorOfType(error: unknown, type: ErrorType): boolean {
  * the same stream) is written again, so DuplicateEventIdError is raised here only for an append that
  * repeats an id within itself (checked before sending); a batch whose ids match the stream only in part
  * is reported as a WrongExpectedVersionError.
+ *
+ * Every call but subscribeToAll is bounded by `timeoutMs` (EVENTSTORE_TIMEOUT_MS) and then fails with an
+ * EventStoreTimeoutError: a server that accepts the connection and stops answering (a partition, a half-open
+ * connection, a leader election that does not end) would otherwise hold a command, and every command queued behind
+ * it on its stream, for ever. The client bounds none of them itself: its reads and batch appends are gRPC streams
+ * opened with `deadline: Infinity` (a batch append's `deadline` only tells the server), and before its first append
+ * it asks the server's features with no deadline, caching the pending answer for every append after it.
  */
 export class EsdbEventStore implements EventStore {
   readonly kind = 'esdb' as const;
   private readonly client: EventStoreDBClient;
   private readonly subscriptions = new Set<AllStreamSubscription>();
   private readonly reads = new Set<StreamingRead<unknown>>();
+  private readonly timeoutMs: number;
   private closed = false;
 
-  constructor(connectionString: string) {
+  /** `timeoutMs`: how long an append waits for its answer, and a read for each answer of the server (10 s by default, as EVENTSTORE_TIMEOUT_MS). */
+  constructor(connectionString: string, options: { timeoutMs?: number } = {}) {
     this.client = EventStoreDBClient.connectionString(connectionString);
+    this.timeoutMs = options.timeoutMs ?? 10_000;
   }
 
   /** EventStoreDB has no multi-stream transactions: in order, stopping at the first failure (a written prefix stays). */
@@ -123,13 +133,21 @@ export class EsdbEventStore implements EventStore {
     // The client serialises inside an async Promise executor: a JSON.stringify that throws there (a
     // bigint, a cycle) is an unhandled rejection and the append never settles. Refuse such data here.
     for (const e of events) JSON.stringify([e.data, e.metadata]);
+    return this.answerInTime(stream, this.write(stream, events, expected));
+  }
+
+  private async write(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
     try {
       const result = await this.client.appendToStream(stream, events.map((e) => jsonEvent({
         id: e.id,
         type: e.type,
         data: e.data as JSONType,
         metadata: e.metadata as unknown as JSONType,
-      })), { expectedRevision: toExpectedRevision(expected) });
+      })), {
+        expectedRevision: toExpectedRevision(expected),
+        // The server gives up on the write after this long (a batch append's deadline, a unary append's gRPC deadline).
+        deadline: this.timeoutMs,
+      });
       // With `throwOnAppendFailure=false` in the connection string the client answers a refused expectation with
       // `success: false` instead of throwing (on its batch path with a current revision made of a boolean): ask the stream.
       if (!result.success) throw new WrongExpectedVersionError(stream, expected, (await this.streamInfo(stream))?.revision ?? 'no_stream');
@@ -143,8 +161,32 @@ export class EsdbEventStore implements EventStore {
         const actual = (error as { actualVersion?: bigint | string }).actualVersion;
         throw new WrongExpectedVersionError(stream, expected, typeof actual === 'bigint' ? Number(actual) : 'no_stream');
       }
+      // The server's own timeout (a commit or forward timeout, as in a leader election): the write's outcome is unknown.
+      if (isErrorOfType(error, ErrorType.DEADLINE_EXCEEDED)) throw new EventStoreTimeoutError('append', stream, this.timeoutMs, { cause: error });
       throw error;
     }
+  }
+
+  /**
+   * The append's answer, or an EventStoreTimeoutError once it has not come within timeoutMs. The client cannot cancel
+   * an append: it runs on, to be written or to fail unseen (its failure is handled here, never left unhandled).
+   */
+  private answerInTime(stream: string, append: Promise<AppendResult>): Promise<AppendResult> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new EventStoreTimeoutError('append', stream, this.timeoutMs)), this.timeoutMs);
+    });
+    append.catch(() => undefined);
+    return Promise.race([append, late]).finally(() => clearTimeout(timer));
+  }
+
+  /**
+   * How a read made for `operation` gives up: after `timeoutMs` in all, when a caller bounds it (the readiness probe),
+   * else when the server has sent nothing for the store's timeoutMs.
+   */
+  private bound(operation: EventStoreTimeoutError['operation'], stream?: string, timeoutMs?: number): ReadBound {
+    if (timeoutMs !== undefined) return { signal: AbortSignal.timeout(timeoutMs) };
+    return { silenceMs: this.timeoutMs, error: () => new EventStoreTimeoutError(operation, stream, this.timeoutMs) };
   }
 
   private async checkOnly(stream: string, expected: ExpectedRevision): Promise<AppendResult> {
@@ -171,7 +213,7 @@ export class EsdbEventStore implements EventStore {
       fromRevision: from > 0 ? BigInt(from) : START,
       direction: FORWARDS,
       ...(options.limit !== undefined && options.limit > 0 ? { maxCount: options.limit } : {}),
-    })));
+    })), this.bound('readStream', stream));
     return read.flatMap((resolved) => (resolved.event ? [toRecorded(resolved.event, false)] : []));
   }
 
@@ -181,17 +223,17 @@ export class EsdbEventStore implements EventStore {
    * are found or the end of the log is reached.
    */
   async readAll(fromPosition: number, options: { limit?: number; filter?: SubscriptionFilter } = {}): Promise<RecordedEvent[]> {
-    return this.readAllUntil(fromPosition, options);
+    return this.readAllUntil(fromPosition, options, this.bound('readAll'));
   }
 
-  /** readAll, its reads cancelled when `signal` aborts (see headPosition). */
-  private async readAllUntil(fromPosition: number, options: { limit?: number; filter?: SubscriptionFilter }, signal?: AbortSignal): Promise<RecordedEvent[]> {
+  /** readAll, its reads bounded by `bound`. */
+  private async readAllUntil(fromPosition: number, options: { limit?: number; filter?: SubscriptionFilter }, bound: ReadBound): Promise<RecordedEvent[]> {
     const limit = options.limit ?? 1000;
     const found: RecordedEvent[] = [];
     let after = fromPosition;
     while (found.length < limit) {
       const pageSize = Math.min(Math.max(limit - found.length + 1, 64), 4096);
-      const page = await drain(this.track(this.client.readAll({ fromPosition: esdbPosition(after), maxCount: pageSize, direction: FORWARDS })), signal);
+      const page = await drain(this.track(this.client.readAll({ fromPosition: esdbPosition(after), maxCount: pageSize, direction: FORWARDS })), bound);
       for (const { event } of page) {
         if (!event) continue;
         const position = toPosition(event.position);
@@ -255,15 +297,16 @@ export class EsdbEventStore implements EventStore {
    * The last non-system event of $all, read backwards page by page (system events may follow ours).
    *
    * `bound.timeoutMs` (the readiness probe; also countAfter's) cancels the reads after that long and rejects with
-   * a TimeoutError. The client's per-call `deadline` option cannot: it opens every read as a gRPC stream with
-   * no deadline (its readAll passes `deadline: Infinity` over the option), so a read waits as long as the server
-   * hangs, or as a connection that was accepted but never completes its HTTP/2 handshake stays open.
+   * a TimeoutError; without it the store's own timeout applies (see bound()). The client's per-call `deadline` option
+   * cannot: it opens every read as a gRPC stream with no deadline (its readAll passes `deadline: Infinity` over the
+   * option), so a read waits as long as the server hangs, or as a connection that was accepted but never completes
+   * its HTTP/2 handshake stays open.
    */
   async headPosition(bound: { timeoutMs?: number } = {}): Promise<number> {
-    const signal = abortAfter(bound.timeoutMs);
+    const reads = this.bound('headPosition', undefined, bound.timeoutMs);
     let from: ReadPosition = END;
     for (;;) {
-      const page: AllStreamResolvedEvent[] = await drain(this.track(this.client.readAll({ fromPosition: from, maxCount: 64, direction: BACKWARDS })), signal);
+      const page: AllStreamResolvedEvent[] = await drain(this.track(this.client.readAll({ fromPosition: from, maxCount: 64, direction: BACKWARDS })), reads);
       const events = page.flatMap((resolved) => (resolved.event ? [resolved.event] : []));
       const found = events.find((event) => !isSystem(event));
       if (found) return toPosition(found.position);
@@ -275,16 +318,16 @@ export class EsdbEventStore implements EventStore {
 
   /** The last record of $all, whatever it is (a system event after ours, a scavenge's): one backwards read. `bound`: see headPosition. */
   async endPosition(bound: { timeoutMs?: number } = {}): Promise<number> {
-    const [last] = await drain(this.track(this.client.readAll({ fromPosition: END, maxCount: 1, direction: BACKWARDS })), abortAfter(bound.timeoutMs));
+    const [last] = await drain(this.track(this.client.readAll({ fromPosition: END, maxCount: 1, direction: BACKWARDS })), this.bound('endPosition', undefined, bound.timeoutMs));
     return last?.event ? toPosition(last.event.position) : 0;
   }
 
   /** Counts by reading: positions here are byte offsets of the transaction file, not event numbers. `bound`: see headPosition. */
   async countAfter(position: number, max: number, bound: { timeoutMs?: number } = {}): Promise<number> {
-    const signal = abortAfter(bound.timeoutMs);
+    const reads = this.bound('countAfter', undefined, bound.timeoutMs);
     let count = 0;
     for (let after = position; count < max;) {
-      const page = await this.readAllUntil(after, { limit: Math.min(4096, max - count) }, signal);
+      const page = await this.readAllUntil(after, { limit: Math.min(4096, max - count) }, reads);
       count += page.length;
       if (page.length === 0) break;
       after = page[page.length - 1]!.position;
@@ -303,30 +346,31 @@ export class EsdbEventStore implements EventStore {
     const prefix = options.prefix ?? '';
     const after = options.after ?? '';
     const limit = options.limit ?? 100;
-    const names = (await this.streamNames()).filter((n) => n.startsWith(prefix) && n > after).sort();
+    const reads = this.bound('listStreams');
+    const names = (await this.streamNames(reads)).filter((n) => n.startsWith(prefix) && n > after).sort();
     const infos: StreamInfo[] = [];
     for (const name of names) {
       if (infos.length >= limit) break;
-      const info = await this.streamInfo(name); // undefined for a deleted stream still linked from $streams
+      const info = await this.info(name, reads); // undefined for a deleted stream still linked from $streams
       if (info) infos.push(info);
     }
     return infos;
   }
 
-  private async streamNames(): Promise<string[]> {
+  private async streamNames(bound: ReadBound): Promise<string[]> {
     const names = new Set<string>();
     try {
-      for await (const { event } of this.track(this.client.readStream('$streams', { resolveLinkTos: false }))) {
+      await pull(this.track(this.client.readStream('$streams', { resolveLinkTos: false })), bound, ({ event }) => {
         const name = event ? linkTarget(event.data) : undefined;
         if (name && !name.startsWith('$')) names.add(name);
-      }
+      });
       return [...names];
     } catch (error) {
       if (!isErrorOfType(error, ErrorType.STREAM_NOT_FOUND)) throw error;
     }
-    for await (const { event } of this.track(this.client.readAll({ direction: FORWARDS }))) {
+    await pull(this.track(this.client.readAll({ direction: FORWARDS })), bound, ({ event }) => {
       if (event && !isSystem(event)) names.add(event.streamId);
-    }
+    });
     return [...names];
   }
 
@@ -337,9 +381,13 @@ export class EsdbEventStore implements EventStore {
    * found, of a tombstoned (hard-deleted) one with StreamDeletedError.
    */
   async streamInfo(stream: string): Promise<StreamInfo | undefined> {
-    const last = await this.readOne(stream, BACKWARDS);
+    return this.info(stream, this.bound('streamInfo', stream));
+  }
+
+  private async info(stream: string, bound: ReadBound): Promise<StreamInfo | undefined> {
+    const last = await this.readOne(stream, BACKWARDS, bound);
     if (!last) return undefined;
-    const first = await this.readOne(stream, FORWARDS);
+    const first = await this.readOne(stream, FORWARDS, bound);
     if (!first) return undefined;
     return {
       stream,
@@ -352,11 +400,11 @@ export class EsdbEventStore implements EventStore {
     };
   }
 
-  private async readOne(stream: string, direction: typeof FORWARDS | typeof BACKWARDS): Promise<EsdbRecordedEvent | undefined> {
+  private async readOne(stream: string, direction: typeof FORWARDS | typeof BACKWARDS, bound: ReadBound): Promise<EsdbRecordedEvent | undefined> {
     try {
       const read = await drainStream(this.track(this.client.readStream(stream, {
         direction, fromRevision: direction === FORWARDS ? START : END, maxCount: 1,
-      })));
+      })), bound);
       return read.find((resolved) => resolved.event)?.event;
     } catch (error) {
       if (isErrorOfType(error, ErrorType.STREAM_DELETED)) return undefined;
@@ -375,6 +423,11 @@ export class EsdbEventStore implements EventStore {
     return reading;
   }
 
+  /**
+   * Ends reads and subscriptions, and the client's gRPC streams (batch appends). Not its unary calls: a server-features
+   * call the server never answers (see the class) stays open, holding the process, until it is answered or the
+   * connection fails; the server and the ops CLI exit on their own after closing.
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -398,35 +451,50 @@ function serverFilter(filter?: SubscriptionFilter): Filter {
   return excludeSystemEvents();
 }
 
-function abortAfter(timeoutMs: number | undefined): AbortSignal | undefined {
-  return timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs);
-}
+/**
+ * When a read gives up: when `signal` aborts (a caller's bound on its whole call), or when the server has sent nothing
+ * for `silenceMs`, failing with `error()`. Silence rather than a bound on the whole read: a long read (a projection's
+ * filtered catch-up through a large log, listStreams without $streams) may take longer while the server answers all along.
+ */
+type ReadBound = { signal: AbortSignal } | { silenceMs: number; error: () => Error };
 
 /**
- * Reads a client read stream to its end, or until `signal` aborts. Loops over reads never stop early:
- * leaving a `for await` destroys the client's stream but not the gRPC call piped into it, which would
- * stay open; so an abort cancels the call, and destroys the stream with the signal's reason to end the loop.
+ * Reads a client read stream to its end, handing each item to `each`, or until `bound` gives up. Loops over reads
+ * never stop early: leaving a `for await` destroys the client's stream but not the gRPC call piped into it, which
+ * would stay open; so giving up cancels the call, and destroys the stream with the reason to end the loop.
  */
-async function drain<T>(reading: StreamingRead<T>, signal?: AbortSignal): Promise<T[]> {
-  const stop = () => {
+async function pull<T>(reading: StreamingRead<T>, bound: ReadBound, each: (item: T) => void): Promise<void> {
+  const stop = (reason: Error) => {
     reading.cancel().catch(() => undefined);
-    reading.destroy(signal?.reason instanceof Error ? signal.reason : new Error('read aborted'));
+    reading.destroy(reason);
   };
-  if (signal?.aborted) stop();
-  else signal?.addEventListener('abort', stop, { once: true });
-  const items: T[] = [];
+  const signal = 'signal' in bound ? bound.signal : undefined;
+  const abort = () => stop(signal?.reason instanceof Error ? signal.reason : new Error('read aborted'));
+  if (signal?.aborted) abort();
+  else signal?.addEventListener('abort', abort, { once: true });
+  const silence = 'silenceMs' in bound ? setTimeout(() => stop(bound.error()), bound.silenceMs) : undefined;
   try {
-    for await (const item of reading) items.push(item);
-    return items;
+    for await (const item of reading) {
+      silence?.refresh();
+      each(item);
+    }
   } finally {
-    signal?.removeEventListener('abort', stop);
+    signal?.removeEventListener('abort', abort);
+    clearTimeout(silence);
   }
 }
 
+/** Reads a client read stream to its end (see pull). */
+async function drain<T>(reading: StreamingRead<T>, bound: ReadBound): Promise<T[]> {
+  const items: T[] = [];
+  await pull(reading, bound, (item) => items.push(item));
+  return items;
+}
+
 /** drain() for a stream read: a stream that does not exist reads as empty. */
-async function drainStream<T>(reading: StreamingRead<T>): Promise<T[]> {
+async function drainStream<T>(reading: StreamingRead<T>, bound: ReadBound): Promise<T[]> {
   try {
-    return await drain(reading);
+    return await drain(reading, bound);
   } catch (error) {
     if (isErrorOfType(error, ErrorType.STREAM_NOT_FOUND)) return [];
     throw error;

@@ -129,15 +129,15 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   // Statuses the handlers can answer: creates that wait for their read model (503) and take an
   // Idempotency-Key (422 for a different request); key creation answers repeats with 409, and a 503 only
   // before it creates anything (sessions cannot be verified), never for a slow read model. Every
-  // operation can fail with 500; config writes (an API key, no read-model wait) never answer 503. Every
-  // command can answer 409 (a concurrent change outlasting the bus's retries, or a colliding repeat) and 507
-  // (the log's storage is full).
+  // operation can fail with 500. Every command can answer 409 (a concurrent change outlasting the bus's
+  // retries, or a colliding repeat), 507 (the log's storage is full) and 503 (EventStoreDB did not answer in
+  // time), config writes too (an API key, no read-model wait).
   t.same(statuses('/api/v1/agents', 'post'), ['200', '400', '401', '403', '404', '409', '422', '500', '503', '507']);
   t.same(statuses('/api/v1/projects', 'post'), ['200', '400', '401', '403', '409', '422', '500', '503', '507']);
   t.same(statuses('/api/v1/projects/{projectId}/keys/{keyId}', 'delete'), ['200', '400', '401', '403', '404', '409', '500', '503', '507']);
   t.same(statuses('/api/v1/projects/{projectId}/keys', 'post'), ['200', '400', '401', '403', '404', '409', '500', '503', '507']);
-  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'put'), ['200', '400', '401', '403', '404', '409', '500', '507']);
-  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'delete'), ['204', '400', '401', '403', '404', '409', '500', '507']);
+  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'put'), ['200', '400', '401', '403', '404', '409', '500', '503', '507']);
+  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'delete'), ['204', '400', '401', '403', '404', '409', '500', '503', '507']);
   t.notOk('507' in doc.paths['/api/v1/agents'].get.responses, 'queries write nothing: no 507');
   t.match(doc.paths['/api/v1/projects/{projectId}/keys'].post.responses['503'].description, /identity provider/);
   t.notMatch(doc.paths['/api/v1/agents'].get.responses['503'].description, /identity provider/, 'a key-only operation\'s 503 names no session cause');
@@ -149,7 +149,7 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   t.equal(((await memory.json()) as any).openapi, '3.1.0');
 });
 
-t.test('both OpenAPI documents: 500 on every operation, 409 on every command, 503 where it waits for a read model or verifies sessions, problem types published', async (t) => {
+t.test('both OpenAPI documents: 500 on every operation, 409 and 503 on every command, 503 where it waits for a read model or verifies sessions, problem types published', async (t) => {
   for (const [name, res] of [['platform', await app.platform('/docs/openapi.json')], ['memory', await app.memory('/docs/openapi.json')]] as const) {
     const doc = (await res.json()) as any;
     for (const [path, operations] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
@@ -160,7 +160,10 @@ t.test('both OpenAPI documents: 500 on every operation, 409 on every command, 50
         const sessions = op.security.some((s: Record<string, unknown>) => 'SessionJwt' in s);
         if (waits || sessions) t.ok(op.responses['503'], `${where}: 503 (${waits ? 'waits for a read model' : 'verifies sessions'})`);
         // Commands take an Idempotency-Key; queries do not.
-        if (op.parameters.some((p: { name: string }) => p.name === 'Idempotency-Key')) t.match(op.responses['409'], { description: /`concurrency-conflict`/ }, `${where}: 409`);
+        if (op.parameters.some((p: { name: string }) => p.name === 'Idempotency-Key')) {
+          t.match(op.responses['409'], { description: /`concurrency-conflict`/ }, `${where}: 409`);
+          t.match(op.responses['503'], { description: /`event-store-unavailable`/ }, `${where}: 503 (the event store may not answer in time)`);
+        }
       }
     }
     const problem = doc.components.schemas.Problem;
@@ -169,9 +172,9 @@ t.test('both OpenAPI documents: 500 on every operation, 409 on every command, 50
     t.same(problem.properties.type.examples, Object.keys(PROBLEM_TYPES).map((slug) => `https://cairn.dev/problems/${slug}`), `${name}: the type's examples are every type`);
     t.match(problem.properties.type.description, /\| `identity-provider-unavailable` \| 503 \|/, `${name}: the type's description has the table`);
   }
-  // Memory commands that never wait answer no 503; a store can wait for the read model to report its answer.
+  // A memory command that never waits answers 503 only when the event store does not answer in time.
   const memory = (await (await app.memory('/docs/openapi.json')).json()) as any;
-  t.notOk(memory.paths['/v1/personality'].put.responses['503'], 'PUT /v1/personality: no 503');
+  t.match(memory.paths['/v1/personality'].put.responses['503'], { description: /`event-store-unavailable`/ }, 'PUT /v1/personality: 503');
   t.ok(memory.paths['/v1/memories'].post.responses['503'], 'POST /v1/memories: 503');
 });
 

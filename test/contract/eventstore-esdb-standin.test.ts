@@ -3,17 +3,19 @@ import { EventEmitter, once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import { createRequire } from 'node:module';
 import t, { type Test } from 'tap';
-import { WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
+import { CommandBus, type RequestMeta } from '../../commands/bus.js';
+import { configDecider, configStream } from '../../domain/config/decider.js';
+import { EventStoreTimeoutError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import { EsdbEventStore } from '../../infra/eventstore/esdb.js';
 import type { ExpectedRevision, NewEvent } from '../../infra/eventstore/port.js';
-import { timed } from '../support/settling.js';
+import { timed, within } from '../support/settling.js';
 
 /**
  * EsdbEventStore against a stand-in for EventStoreDB: an HTTP/2 server that answers the gRPC calls these tests
  * make the way the server does (streams/Append, streams/BatchAppend, streams/Read of a stream or of $all), its
  * messages built with the client's own protobuf classes. It holds streams in memory, refuses an append whose
  * expected revision does not match, and can hold tombstoned streams, answer as a server before 22.6 does, or
- * leave every read unanswered.
+ * leave calls unanswered (a server that hangs, or a connection half open).
  */
 const clientRequire = createRequire(createRequire(import.meta.url).resolve('@eventstore/db-client/generated/streams_pb.js'));
 const pb = {
@@ -26,7 +28,8 @@ const pb = {
 const { ReadReq, ReadResp, AppendReq, AppendResp, BatchAppendReq, BatchAppendResp } = pb.streams;
 
 const GRPC = { 'content-type': 'application/grpc+proto' };
-const STATUS = { OK: 0, ALREADY_EXISTS: 6, FAILED_PRECONDITION: 9, UNIMPLEMENTED: 12 };
+const STATUS = { OK: 0, DEADLINE_EXCEEDED: 4, ALREADY_EXISTS: 6, FAILED_PRECONDITION: 9, UNIMPLEMENTED: 12 };
+const READ = '/event_store.client.streams.Streams/Read';
 
 interface StoredEvent { id: string; type: string; contentType: string; data: Uint8Array; position: bigint }
 interface Message { serializeBinary(): Uint8Array }
@@ -36,8 +39,14 @@ class EsdbStandin extends EventEmitter {
   readonly tombstoned = new Set<string>();
   /** Whether ServerFeatures lists BatchAppend, which the client then appends through. */
   batchAppend = false;
-  /** Reads are accepted and never answered. */
+  /** Every call is accepted and never answered (the server-features call before the first append included). */
   silent = false;
+  /** Appends are accepted and never answered, nor written; other calls are answered. */
+  silentAppends = false;
+  /** Unary appends are refused with DEADLINE_EXCEEDED, as the server answers a write that timed out (a commit timeout). */
+  timeoutAppends = false;
+  /** When set, a stream read's events are sent one at a time, this many milliseconds apart (a slow read). */
+  trickleMs = 0;
   /**
    * false: as servers before 22.6, which know an event's $all position only in $all reads and send their
    * Position.End, {2^64-1, 2^64-1}, in stream reads; and with appends answered without a position (as such
@@ -46,6 +55,8 @@ class EsdbStandin extends EventEmitter {
   knowsPositions = true;
   /** The paths of the calls made, in order. */
   readonly calls: string[] = [];
+  /** For each call, when its stream is closed (answered, reset or cancelled). */
+  readonly closed: Array<Promise<void>> = [];
   private position = 1000n;
 
   constructor(readonly url: string) {
@@ -79,6 +90,9 @@ class EsdbStandin extends EventEmitter {
     stream.on('error', () => undefined);
     const path = String(headers[':path']);
     this.calls.push(path);
+    this.closed.push(new Promise((resolve) => stream.once('close', () => resolve())));
+    if (path === READ) this.emit('read');
+    if (this.silent) return;
     const messages = frames(stream);
     switch (path) {
       case '/event_store.client.server_features.ServerFeatures/GetSupportedMethods': {
@@ -87,6 +101,8 @@ class EsdbStandin extends EventEmitter {
         return answer(stream, [new pb.features.SupportedMethods().setMethodsList([method]).setEventStoreServerVersion('23.10.0')]);
       }
       case '/event_store.client.streams.Streams/Append':
+        if (this.silentAppends) return;
+        if (this.timeoutAppends) return fail(stream, STATUS.DEADLINE_EXCEEDED, 'Operation timed out');
         void collect(messages).then(([head, ...rest]) => {
           const options = AppendReq.deserializeBinary(head!).getOptions()!;
           const expected = options.hasNoStream() ? 'no_stream' : options.hasAny() ? 'any' : options.hasStreamExists() ? 'stream_exists' : Number(options.getRevision());
@@ -108,6 +124,7 @@ class EsdbStandin extends EventEmitter {
         }, () => undefined); // the client went away
         return;
       case '/event_store.client.streams.Streams/BatchAppend': {
+        if (this.silentAppends) return;
         stream.respond({ ':status': 200, ...GRPC }, { waitForTrailers: true });
         stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': String(STATUS.OK) }));
         void (async () => {
@@ -137,9 +154,7 @@ class EsdbStandin extends EventEmitter {
         })().catch(() => undefined);
         return;
       }
-      case '/event_store.client.streams.Streams/Read':
-        this.emit('read');
-        if (this.silent) return;
+      case READ:
         void collect(messages).then(([bytes]) => this.read(stream, ReadReq.deserializeBinary(bytes!)), () => undefined);
         return;
       default:
@@ -190,7 +205,9 @@ class EsdbStandin extends EventEmitter {
     }
     const from = of.hasStart() ? 0 : of.hasEnd() ? events.length - 1 : Number(of.getRevision());
     const selected = (backwards ? events.slice(0, from + 1).reverse() : events.slice(from)).slice(0, count);
-    answer(stream, selected.map((e) => readEvent(name, events.indexOf(e), e, this.knowsPositions ? e.position : 2n ** 64n - 1n)));
+    const messages = selected.map((e) => readEvent(name, events.indexOf(e), e, this.knowsPositions ? e.position : 2n ** 64n - 1n));
+    if (this.trickleMs > 0) trickle(stream, messages, this.trickleMs);
+    else answer(stream, messages);
   }
 }
 
@@ -243,6 +260,19 @@ function answer(stream: ServerHttp2Stream, messages: Message[]): void {
   stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': String(STATUS.OK) }));
   for (const m of messages) stream.write(frame(m));
   stream.end();
+}
+
+/** answer(), a message every `ms`. */
+function trickle(stream: ServerHttp2Stream, messages: Message[], ms: number): void {
+  stream.respond({ ':status': 200, ...GRPC }, { waitForTrailers: true });
+  stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': String(STATUS.OK) }));
+  const next = (i: number) => {
+    if (stream.closed) return;
+    if (i === messages.length) return stream.end();
+    stream.write(frame(messages[i]!));
+    setTimeout(() => next(i + 1), ms);
+  };
+  setTimeout(() => next(0), ms);
 }
 
 /** A trailers-only answer: the call's status and metadata in its headers. */
@@ -359,4 +389,142 @@ t.test('positions the server does not know in a stream read are 0, and an append
   t.same((await store.readStream('agent-1')).map((e) => [e.id, e.position]), events.map((e) => [e.id, 0]), 'stream reads: unknown, 0');
   t.match(await store.streamInfo('agent-1'), { revision: 1, first_position: 0, last_position: 0 });
   t.same((await store.readAll(0)).map((e) => e.position), [...esdb.streams.values()].flat().map((e) => Number(e.position)).sort((a, b) => a - b), '$all reads know them');
+});
+
+/** Unhandled rejections while the test runs (a call left to fail on its own after its timeout must not make one). */
+function unhandledRejections(t: Test): unknown[] {
+  const seen: unknown[] = [];
+  const listener = (reason: unknown) => { seen.push(reason); };
+  process.on('unhandledRejection', listener);
+  t.teardown(() => { process.off('unhandledRejection', listener); });
+  return seen;
+}
+
+const TIMEOUT_MS = 300;
+
+async function expectTimeout(t: Test, call: Promise<unknown>, expected: Partial<EventStoreTimeoutError>, name: string): Promise<void> {
+  const outcome = await timed(call, 5000);
+  t.equal(outcome.outcome, 'rejected', `${name}: gave up (after ${Math.round(outcome.ms)} ms: ${String(outcome.error)})`);
+  t.type(outcome.error, EventStoreTimeoutError, name);
+  t.match(outcome.error, { ...expected, timeoutMs: TIMEOUT_MS }, name);
+  t.ok(outcome.ms >= TIMEOUT_MS - 50 && outcome.ms < TIMEOUT_MS + 1000, `${name}: after about EVENTSTORE_TIMEOUT_MS (${Math.round(outcome.ms)} ms)`);
+}
+
+/**
+ * The client bounds none of these calls: reads and batch appends are gRPC streams without a deadline, and before its
+ * first append it asks the server's features with none (and caches the pending answer). Against a server that accepts
+ * every call and answers none, each fails after EVENTSTORE_TIMEOUT_MS, and its reads are cancelled then. (The features
+ * call stays open until the server answers it or the connection fails: the client's close() does not cancel it.)
+ */
+t.test('a server that never answers: every call fails with EventStoreTimeoutError after EVENTSTORE_TIMEOUT_MS', async (t) => {
+  const esdb = await EsdbStandin.start(t);
+  esdb.silent = true;
+  const store = new EsdbEventStore(esdb.url, { timeoutMs: TIMEOUT_MS });
+  t.teardown(() => store.close());
+  const unhandled = unhandledRejections(t);
+
+  const calls: Array<[string, () => Promise<unknown>, Partial<EventStoreTimeoutError>]> = [
+    ['append', () => store.append('order-1', [newEvent('A')], 'no_stream'), { operation: 'append', stream: 'order-1' }],
+    ['appendAll', () => store.appendAll([
+      { stream: 'order-2', events: [newEvent('A')], expected: 'no_stream' },
+      { stream: 'order-3', events: [newEvent('B')], expected: 'no_stream' },
+    ]), { operation: 'append', stream: 'order-2' }],
+    ['readStream', () => store.readStream('order-1'), { operation: 'readStream', stream: 'order-1' }],
+    ['readAll', () => store.readAll(0, { limit: 10 }), { operation: 'readAll', stream: undefined }],
+    ['streamInfo', () => store.streamInfo('order-1'), { operation: 'streamInfo', stream: 'order-1' }],
+    ['headPosition', () => store.headPosition(), { operation: 'headPosition' }],
+    ['endPosition', () => store.endPosition(), { operation: 'endPosition' }],
+    ['countAfter', () => store.countAfter(0, 10), { operation: 'countAfter' }],
+    ['listStreams', () => store.listStreams(), { operation: 'listStreams' }],
+  ];
+  for (const [name, call, expected] of calls) await expectTimeout(t, call(), expected, name);
+  const reads = esdb.closed.filter((_, i) => esdb.calls[i] === READ);
+  t.equal(reads.length, 7, 'one read each (the appends wait for the server\'s features)');
+  t.ok(await within(Promise.all(reads), 1000), 'the reads are cancelled, not left open on the server');
+  t.ok(await within(store.close(), 2000), 'close does not wait for the appends left running');
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same(unhandled, [], 'no unhandled rejection from the appends that failed after their timeout');
+});
+
+t.test('an append the server does not answer fails after EVENTSTORE_TIMEOUT_MS, through BatchAppend as through Append', async (t) => {
+  for (const batchAppend of [true, false]) {
+    const name = batchAppend ? 'BatchAppend' : 'Append';
+    const esdb = await EsdbStandin.start(t);
+    esdb.batchAppend = batchAppend;
+    esdb.silentAppends = true;
+    const store = new EsdbEventStore(esdb.url, { timeoutMs: TIMEOUT_MS });
+    t.teardown(() => store.close());
+    const unhandled = unhandledRejections(t);
+    await expectTimeout(t, store.append('order-1', [newEvent('A')], 'no_stream'), { operation: 'append', stream: 'order-1' }, name);
+    await expectTimeout(t, store.append('order-2', [newEvent('B')], 'no_stream'), { operation: 'append', stream: 'order-2' }, `${name}, again`);
+    t.ok(esdb.calls.includes(`/event_store.client.streams.Streams/${name}`), `${name}: the client appended through ${name}`);
+    t.ok(await within(store.close(), 2000), `${name}: close does not wait for the appends left running`);
+    t.ok(await within(Promise.all(esdb.closed), 2000), `${name}: and ends their calls`);
+    await new Promise((resolve) => setImmediate(resolve));
+    t.same(unhandled, [], `${name}: no unhandled rejection`);
+  }
+});
+
+t.test('an append the server answers with a timeout of its own (a commit timeout) is an EventStoreTimeoutError at once', async (t) => {
+  const esdb = await EsdbStandin.start(t);
+  esdb.timeoutAppends = true;
+  const store = new EsdbEventStore(esdb.url, { timeoutMs: 10_000 });
+  t.teardown(() => store.close());
+  const outcome = await timed(store.append('order-1', [newEvent('A')], 'no_stream'), 5000);
+  t.equal(outcome.outcome, 'rejected');
+  t.type(outcome.error, EventStoreTimeoutError);
+  t.match(outcome.error, { operation: 'append', stream: 'order-1', message: /whether the events were written is unknown/ });
+  t.ok(outcome.ms < 2000, `answered by the server, not by our own timer (${Math.round(outcome.ms)} ms)`);
+});
+
+t.test('a read the server keeps answering is not cut off: EVENTSTORE_TIMEOUT_MS bounds the silences, not the whole read', async (t) => {
+  const esdb = await EsdbStandin.start(t);
+  esdb.write('order-1', Array.from({ length: 6 }, () => ({ type: 'A', data: '{}' })));
+  esdb.trickleMs = TIMEOUT_MS / 2;
+  const store = new EsdbEventStore(esdb.url, { timeoutMs: TIMEOUT_MS });
+  t.teardown(() => store.close());
+  let count = 0;
+  const read = await timed(store.readStream('order-1').then((events) => { count = events.length; }), 5000);
+  t.equal(read.outcome, 'resolved', `read (${String(read.error ?? '')})`);
+  t.ok(read.ms > 2 * TIMEOUT_MS, `in longer than EVENTSTORE_TIMEOUT_MS (${Math.round(read.ms)} ms)`);
+  t.equal(count, 6, 'every event');
+});
+
+const meta = (): RequestMeta => {
+  const id = randomUUID();
+  return { correlation_id: id, causation_id: id, actor: 'test', request_key: id, sequence: { next: 0 } };
+};
+const setConfig = (key: string, value: number) => ({ type: 'SetConfigValue' as const, data: { project_id: 'p', key, value } });
+
+/**
+ * The command bus decides commands on one stream one after another, each on the state the append before it will
+ * make, and sends an append to EventStoreDB only once the one before succeeded: an append that never settled held
+ * every later command on its stream for ever. Once it times out, those are answered, and the state cached on the
+ * unanswered append (here never written) is gone: the next command is decided on the log.
+ */
+t.test('the command bus over an append the server does not answer: the commands behind it are answered, the next is decided on the log', async (t) => {
+  const esdb = await EsdbStandin.start(t);
+  const store = new EsdbEventStore(esdb.url, { timeoutMs: TIMEOUT_MS });
+  t.teardown(() => store.close());
+  const bus = new CommandBus(store);
+  const stream = configStream('p');
+  await bus.handle(stream, configDecider, setConfig('k', 0), meta()); // k = 0, cached
+
+  esdb.silentAppends = true;
+  const [first, second] = await Promise.all([
+    timed(bus.handle(stream, configDecider, setConfig('k', 1), meta()), 5000),
+    timed(bus.handle(stream, configDecider, setConfig('j', 2), meta()), 5000), // decided on k = 1, sent after it
+  ]);
+  t.equal(first.outcome, 'rejected', `the first fails (${String(first.error)})`);
+  t.type(first.error, EventStoreTimeoutError);
+  t.ok(first.ms < TIMEOUT_MS + 1000, `after about EVENTSTORE_TIMEOUT_MS (${Math.round(first.ms)} ms)`);
+  t.equal(second.outcome, 'rejected', 'the command queued behind it is answered, not held');
+  t.ok(second.ms < TIMEOUT_MS + 1000, `as soon as the first failed (${Math.round(second.ms)} ms)`);
+
+  esdb.silentAppends = false;
+  // Decided on the state cached on the unanswered append, k = 1 would be "nothing to do", and lost.
+  const again = await timed(bus.handle(stream, configDecider, setConfig('k', 1), meta()), 5000);
+  t.equal(again.outcome, 'resolved', `the next command is decided (${String(again.error ?? '')})`);
+  const written = esdb.streams.get(stream)!.map((e) => JSON.parse(Buffer.from(e.data).toString('utf8')) as { key: string; value: number });
+  t.same(written.map((e) => [e.key, e.value]), [['k', 0], ['k', 1]], 'k = 1 is appended: the state cached on the unanswered append was dropped');
 });

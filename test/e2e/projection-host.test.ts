@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import t, { type Test } from 'tap';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
+import { EventStoreTimeoutError } from '../../infra/eventstore/errors.js';
 import { bearer, projectWithKey, startTestCairn, type TestCairn } from '../support/cairn.js';
 
 /** What every read path needs from the projections, in either place they can run. */
@@ -143,4 +144,14 @@ t.test('a graceful stop lets every read model apply what was written before it',
   const reads = new EmbeddedReadStore(join(app.dataDir, 'readmodels.db'));
   t.teardown(() => reads.close());
   for (const cp of await reads.listCheckpoints()) t.equal(cp.position, head, `${cp.projection} stored the head as its checkpoint`);
+});
+
+t.test('a graceful stop closes the stores although the event store does not answer (EVENTSTORE_TIMEOUT_MS)', async (t) => {
+  const app = await startTestCairn();
+  t.teardown(() => rmSync(app.dataDir, { recursive: true, force: true }));
+  // As the EventStoreDB adapter does once EVENTSTORE_TIMEOUT_MS has passed without an answer.
+  app.events.headPosition = async () => { throw new EventStoreTimeoutError('headPosition', undefined, 300); };
+  await app.stop({ keepData: true });
+  await t.rejects(app.reads.listCheckpoints(), /not open/, 'the read store is closed');
+  await t.rejects(app.events.readStream('any'), /not open/, 'and the event store');
 });

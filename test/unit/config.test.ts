@@ -66,6 +66,12 @@ t.test('timeouts and retries: bounded, since a timer past 2^31 - 1 ms fires at o
   t.equal(loadConfig({ CONSISTENCY_TIMEOUT_MS: '600000' }).consistencyTimeoutMs, 600_000);
   t.throws(() => loadConfig({ CONSISTENCY_TIMEOUT_MS: '600001' }), new ConfigError('CONSISTENCY_TIMEOUT_MS must be an integer from 0 to 600000, got "600001"'));
   t.throws(() => loadConfig({ CONSISTENCY_TIMEOUT_MS: '3000000000' }), /CONSISTENCY_TIMEOUT_MS must be an integer from 0 to 600000/);
+  t.equal(loadConfig({}).eventStoreTimeoutMs, 10_000);
+  t.equal(loadConfig({ EVENTSTORE_TIMEOUT_MS: '100' }).eventStoreTimeoutMs, 100);
+  t.equal(loadConfig({ EVENTSTORE_TIMEOUT_MS: '600000' }).eventStoreTimeoutMs, 600_000);
+  t.throws(() => loadConfig({ EVENTSTORE_TIMEOUT_MS: '99' }), new ConfigError('EVENTSTORE_TIMEOUT_MS must be an integer from 100 to 600000, got "99"'));
+  t.throws(() => loadConfig({ EVENTSTORE_TIMEOUT_MS: '600001' }), /EVENTSTORE_TIMEOUT_MS must be an integer from 100 to 600000/);
+  t.throws(() => loadConfig({ EVENTSTORE_TIMEOUT_MS: '10s' }), /EVENTSTORE_TIMEOUT_MS must be a non-negative integer/);
   const llm = (env: Record<string, string>) => loadConfig(env).providers.llm;
   t.equal(llm({}).timeoutMs, 60_000);
   t.equal(llm({ LLM_TIMEOUT_MS: '1' }).timeoutMs, 1);

@@ -6,7 +6,7 @@ import { toProblemError } from '../../api/http/app.js';
 import { problemTypesTable } from '../../api/http/openapi.js';
 import { PROBLEM_BASE, PROBLEM_TYPES } from '../../api/http/problem.js';
 import { DomainError, type DomainErrorKind } from '../../domain/shared/decider.js';
-import { DuplicateEventIdError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
+import { DuplicateEventIdError, EventStoreTimeoutError, StorageFullError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import { InvalidCursorError } from '../../infra/readstore/port.js';
 import { ConsistencyTimeoutError } from '../../projections/runner.js';
 
@@ -45,6 +45,8 @@ t.test('errors thrown below the API become catalogued problems', async (t) => {
     ...Object.keys(kinds).map((kind) => new DomainError(kind as DomainErrorKind, `a ${kind}`)),
     new WrongExpectedVersionError('s', 1, 2),
     new DuplicateEventIdError('id', 's'),
+    new StorageFullError('disk full'),
+    new EventStoreTimeoutError('append', 's', 10_000),
     new ConsistencyTimeoutError('agents', 5, 4),
     new InvalidCursorError(),
     new Error('anything else'),
@@ -56,6 +58,16 @@ t.test('errors thrown below the API become catalogued problems', async (t) => {
   }
   t.same(Object.keys(kinds).map((kind) => toProblemError(new DomainError(kind as DomainErrorKind, 'x')).slug),
     ['not-found', 'conflict', 'invalid', 'forbidden', 'not-implemented', 'idempotency-mismatch'], 'a domain error\'s slug is its kind with hyphens');
+});
+
+t.test('an event store that did not answer in time: 503 event-store-unavailable with Retry-After; a write\'s outcome is unknown', async (t) => {
+  const append = toProblemError(new EventStoreTimeoutError('append', 'config-p', 10_000));
+  t.match(append.toProblem('req-1'), { type: `${PROBLEM_BASE}event-store-unavailable`, status: 503, title: 'Service Unavailable', detail: /whether this request's changes were written is unknown; retrying it with the same Idempotency-Key is safe/ });
+  t.match(append.extra.headers, { 'Retry-After': /^\d+$/ });
+  t.notMatch(append.toProblem('req-1'), { stream: String }, 'the stream\'s name is not told to the client');
+  const read = toProblemError(new EventStoreTimeoutError('readStream', 'config-p', 10_000));
+  t.match(read.toProblem('req-1'), { type: `${PROBLEM_BASE}event-store-unavailable`, status: 503, detail: 'the event store did not answer in time; retry later' });
+  t.match(read.extra.headers, { 'Retry-After': /^\d+$/ });
 });
 
 t.test('README lists the catalogue', async (t) => {
