@@ -57,7 +57,7 @@ interface Status { projection: string; position: number; head: number; lag: numb
 
 t.test('--help works for every command', async (t) => {
   const commands = [[], ['streams', 'list'], ['stream', 'show'], ['events', 'tail'], ['projections', 'status'],
-    ['projections', 'rebuild'], ['projects', 'create'], ['keys', 'create']];
+    ['projections', 'rebuild'], ['projects', 'create'], ['keys', 'create'], ['backup']];
   const runs = await Promise.all(commands.map((c) => ops(...c, '--help')));
   runs.forEach((run, i) => {
     t.equal(run.code, 0, `${commands[i]!.join(' ')} --help exits 0`);
