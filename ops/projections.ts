@@ -39,12 +39,14 @@ export function projectionCommands(program: Command): void {
       const statuses = await projectionStatus(events, reads);
       const rows = await Promise.all(statuses.map(async (s) => {
         const rebuild = await reads.rebuildCheckpoint(s.projection);
-        return { ...s, rebuilding: rebuild ? { position: rebuild.position, generation: rebuild.generation } : null };
+        // updated_at: when it last committed a batch. A rebuild whose process was killed (kill -9) leaves its slot
+        // until the next rebuild of the projection supersedes it; only a time that stopped moving tells it apart.
+        return { ...s, rebuilding: rebuild ? { position: rebuild.position, generation: rebuild.generation, updated_at: rebuild.updated_at } : null };
       }));
       if (opts.json) printJson(rows);
       else {
         printTable(rows.map(({ lag_at_least: atLeast, ahead, ...r }) => ({
-          ...r, lag: ahead ? 'AHEAD of the log' : atLeast ? `${r.lag}+` : r.lag, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position}`,
+          ...r, lag: ahead ? 'AHEAD of the log' : atLeast ? `${r.lag}+` : r.lag, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position} (${r.rebuilding.updated_at ?? 'no batch yet'})`,
           failing: r.failing && `${r.failing.count}x since ${r.failing.since} (last ${r.failing.last_at}): ${r.failing.message}`,
         })),
           ['projection', 'position', 'head', 'lag', 'generation', 'updated_at', 'rebuilding', 'failing']);

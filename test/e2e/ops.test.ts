@@ -379,3 +379,20 @@ t.test('operator workflow on one data dir', async (t) => {
     t.equal(created.project_id, project.project_id, 'stored lower-case');
   });
 });
+
+t.test('projections status: a rebuild left in its slot (its process killed) shows when it last moved', async (t) => {
+  const dir = join(dataDir, 'killed-rebuild');
+  const created = await start(['projects', 'create', '--name', 'Demo', '--tenant', 't'], { DATA_DIR: dir }).done;
+  t.equal(created.code, 0, created.stderr);
+  // What `projections rebuild projects` leaves behind when kill -9 ends it before its first batch.
+  const reads = new EmbeddedReadStore(join(dir, 'readmodels.db'));
+  await reads.register(projectsProjection.name, projectsProjection.collections);
+  const slot = await reads.startRebuild(projectsProjection.name);
+  await reads.close();
+  t.match(slot.updated_at, /^\d{4}-\d\d-\d\dT/);
+  const json = await start(['projections', 'status', '--json'], { DATA_DIR: dir }).done;
+  const row = (JSON.parse(json.stdout) as Array<{ projection: string; rebuilding: unknown }>).find((r) => r.projection === projectsProjection.name);
+  t.same(row?.rebuilding, { position: 0, generation: slot.generation, updated_at: slot.updated_at });
+  const table = await start(['projections', 'status'], { DATA_DIR: dir }).done;
+  t.match(table.stdout, `g${slot.generation} at 0 (${slot.updated_at})`);
+});
