@@ -7,7 +7,7 @@ import type { Config } from '../infra/config.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import { createLogger, type Logger } from '../infra/logger.js';
 import type { ReadStore } from '../infra/readstore/port.js';
-import { openStores } from '../infra/stores.js';
+import { closeStores, openStores } from '../infra/stores.js';
 import { Throttle } from '../infra/throttle.js';
 import { startProjectionHost, type ProjectionHost } from '../projections/host.js';
 import { aheadFix, readModelsAhead, ReadModelsAheadError } from '../projections/ahead.js';
@@ -59,8 +59,6 @@ function listen(app: Koa, host: string, port: number): Promise<Server> {
   });
 }
 
-const closeStores = (events: EventStore, reads: ReadStore) => Promise.allSettled([reads.close(), events.close()]);
-
 const urlOf = (server: Server) => {
   const { address, port } = server.address() as AddressInfo;
   return `http://${address.includes(':') ? `[${address}]` : address}:${port}`;
@@ -73,11 +71,11 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   const log = options.log ?? createLogger(config.logLevel);
   const { events, reads } = await openStores(config, { checkpointer: !config.projectionsThread });
   const { end, ahead } = await readModelsAhead(events, reads).catch(async (error: unknown) => {
-    await closeStores(events, reads);
+    await closeStores({ events, reads });
     throw error;
   });
   if (ahead.length > 0) {
-    await closeStores(events, reads);
+    await closeStores({ events, reads });
     throw new ReadModelsAheadError(ahead, end, aheadFix(config.mongodbUrl ? undefined : join(config.dataDir, 'readmodels.db')));
   }
   const bus = new CommandBus(events, clock);
@@ -139,7 +137,7 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
     // A port in use: nothing half-started stays behind (a server listening, the projection thread, the stores).
     platformServer?.close();
     await host.stop().catch(() => undefined);
-    await closeStores(events, reads);
+    await closeStores({ events, reads });
     throw error;
   }
 

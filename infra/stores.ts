@@ -33,3 +33,8 @@ export async function openStores(
     throw error;
   }
 }
+
+/** Closes both stores, each whatever the other does (a failed start, the end of an operator command). */
+export async function closeStores({ events, reads }: { events: EventStore; reads: ReadStore }): Promise<void> {
+  await Promise.allSettled([reads.close(), events.close()]);
+}

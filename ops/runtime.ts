@@ -9,7 +9,7 @@ import type { RequestMeta } from '../commands/bus.js';
 import { loadConfig } from '../infra/config.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { ReadStore } from '../infra/readstore/port.js';
-import { openStores } from '../infra/stores.js';
+import { closeStores, openStores } from '../infra/stores.js';
 
 /**
  * An operator mistake (unknown name, missing project…), an interruption, or what a script must act on (a failing
@@ -57,7 +57,7 @@ export async function withStores<T>(fn: (stores: Stores) => Promise<T>, options:
   try {
     return await fn(stores);
   } finally {
-    await Promise.allSettled([stores.events.close(), stores.reads.close()]);
+    await closeStores(stores);
   }
 }
 
