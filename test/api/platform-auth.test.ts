@@ -266,11 +266,13 @@ t.test('project creation', async (t) => {
   const other = await app.platform('/projects', { method: 'POST', headers, json: { name: 'Different' } });
   t.equal(other.status, 422, 'same key, different request');
 
-  // A node whose read model cannot catch up within CONSISTENCY_TIMEOUT_MS (0 here, runners in the HTTP thread
-  // with their 2 ms batch window) answers the durable project from its event, not with a 503 inviting a retry.
+  // A node whose read model cannot catch up within CONSISTENCY_TIMEOUT_MS answers the durable project from its
+  // event, not with a 503 inviting a retry. Its runners are stopped, so that it cannot (a timeout alone raced
+  // with the runners' batch window, and lost on a stalled VM).
   const { lines, log } = capturingLogger();
   const slow = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '0', PROJECTIONS_THREAD: 'false' }, { dataDir: app.dataDir, log });
   t.teardown(() => slow.stop());
+  await slow.projections.stop();
   const created = await slow.platform('/projects', { method: 'POST', headers: bearer(session), json: { name: 'Slow' } });
   t.equal(created.status, 200, 'created although its read model has not applied it yet');
   t.ok(lines.some((l) => l.msg === 'project created; the projects read model has not applied it yet'), 'answered from the event');
