@@ -121,6 +121,8 @@ export class MongoReadStore implements ReadStore {
     }
     const live = (await this.slot(projection, 'live'))!;
     await this.createCollections(projection, live.generation);
+    // Every node registers its projections at start: what a process killed between a swap and its drops left is dropped here.
+    await this.sweep(projection);
   }
 
   private async collectionsOf(projection: string): Promise<RegistryDoc[]> {
@@ -147,6 +149,31 @@ export class MongoReadStore implements ReadStore {
 
   private async dropCollections(projection: string, generation: number): Promise<void> {
     for (const c of await this.collectionsOf(projection)) await this.db.dropCollection(physicalName(c._id, generation));
+  }
+
+  /**
+   * Drops the collections of the projection's dead generations: those below the live one, but for the rebuild
+   * slot's. Such a generation is never read or written again: the live generation only grows (a swap moves it to
+   * the slot's generation, claimed above the live one, and is conditioned on the live generation it read), a
+   * rebuild claims a generation above the live one, and a generation a swap is about to make live (marked, even
+   * if superseded since) is above the live one too. A query that still tries one reads the live one again
+   * (onLive), and a batch that still writes one is refused by its checkpoint (applyInSequence drops what it
+   * recreated). Generations above the live one are left alone, in the slot or not: a leftover of an abandoned or
+   * superseded rebuild is dropped once a later one is swapped in. The database is listed first, so the
+   * checkpoints are at least as recent as the names; only names of this projection's collections (in the
+   * registry) with the `__g<N>` suffix are candidates, never another collection of the database.
+   */
+  private async sweep(projection: string): Promise<void> {
+    const collections = new Set((await this.collectionsOf(projection)).map((c) => c._id));
+    const listed = await this.db.listCollections({}, { nameOnly: true }).toArray();
+    const live = await this.slot(projection, 'live');
+    const rebuild = await this.slot(projection, 'rebuild');
+    if (!live) return;
+    for (const { name } of listed) {
+      const physical = parsePhysicalName(name);
+      if (!physical || !collections.has(physical.collection)) continue;
+      if (physical.generation < live.generation && physical.generation !== rebuild?.generation) await this.db.dropCollection(name);
+    }
   }
 
   private async slot(projection: string, slot: Slot, session?: ClientSession): Promise<CheckpointInfo | undefined> {
@@ -390,7 +417,8 @@ export class MongoReadStore implements ReadStore {
   /**
    * The swap is the single update of the live checkpoint (position and generation together): queries
    * resolve the live generation from it, and a live batch still expecting the old generation no longer
-   * matches it. The old generation is dropped afterwards (collection drops cannot run in a transaction).
+   * matches it. The old generation is dropped afterwards (collection drops cannot run in a transaction), by
+   * a sweep that also drops what an earlier swap, killed before its drops, left behind (as every register does).
    *
    * Before it, the rebuild slot is marked `swapping`, conditioned on still holding the generation read: a
    * startRebuild superseding that generation either came first (the mark fails, and the finish starts over
@@ -428,7 +456,8 @@ export class MongoReadStore implements ReadStore {
       }
       // A swap interrupted after the update above leaves rebuild === live: finishing again only clears the slot.
       await this.checkpoints.deleteOne({ _id: slotId(projection, 'rebuild'), generation: rebuilt.generation });
-      if (rebuilt.generation !== live.generation) await this.dropCollections(projection, live.generation);
+      // The old generation, and any an earlier swap or rebuild left behind (killed before its drops, or a drop failed).
+      await this.sweep(projection);
       return { swapped: true, live: (await this.slot(projection, 'live'))! };
     }
   }
@@ -451,6 +480,14 @@ function slotId(projection: string, slot: Slot): string {
 
 function physicalName(collection: string, generation: number): string {
   return `${collection}__g${generation}`;
+}
+
+/** `<collection>__g<generation>` split up, as physicalName writes it (no leading zero); undefined for any other name. */
+function parsePhysicalName(name: string): { collection: string; generation: number } | undefined {
+  const match = /^(.+)__g([1-9][0-9]*)$/.exec(name);
+  if (!match) return undefined;
+  const generation = Number(match[2]);
+  return Number.isSafeInteger(generation) ? { collection: match[1]!, generation } : undefined;
 }
 
 function toCheckpoint(doc: CheckpointDoc): CheckpointInfo {
