@@ -17,6 +17,7 @@ t.test('sessions: only valid, signed, unexpired tokens with a tenant', async (t)
   const none = new UnsecuredJWT({ tenant_id: 'tenant-a' }).setSubject('u').setExpirationTime('10m').encode();
   t.equal((await list(none)).status, 401, 'alg none is rejected');
   t.equal((await list(await sessionToken({}, { secret: 'another-secret-of-at-least-32-bytes!!' }))).status, 401, 'wrong signature');
+  t.equal((await list(await sessionToken({}, { alg: 'HS512' }))).status, 401, 'signed with the secret, but not with HS256');
   const expired = await new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
     .setExpirationTime(Math.floor(Date.now() / 1000) - 60).sign(new TextEncoder().encode('test-secret-for-hs256-at-least-32-bytes!'));
   t.equal((await list(expired)).status, 401, 'expired');

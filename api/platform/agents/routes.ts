@@ -14,7 +14,7 @@ import { badRequest, notFound } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
 import { check, nameErrors } from '../../http/validation.js';
 import { UUID_PATTERN } from '../../shared/schemas.js';
-import { requireProject, type PlatformDeps } from '../context.js';
+import { requireProject, requireProjectForCommand, type PlatformDeps } from '../context.js';
 import { AgentParams, AgentView, CreateAgentBody, ListAgentsQuery } from './schemas.js';
 
 const AGENT_ID_NAMESPACE = 'c8d1e2f3-4a5b-4c6d-8e7f-901a2b3c4d5e';
@@ -67,7 +67,7 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       async handler({ body, principal, meta, signal }) {
         if (principal.kind !== 'key') throw new Error('unreachable');
         const projectId = body.project_id?.toLowerCase() ?? principal.project_id;
-        await requireProject(deps, principal, projectId);
+        await requireProjectForCommand(deps, principal, projectId);
         const name = agentNameForm(body.name);
         const language = canonicalLanguage(body.language ?? 'en');
         check(

@@ -4,7 +4,7 @@ import { configDocId, type ConfigValueDoc } from '../../../projections/config/pr
 import { notFound } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
 import { Success } from '../../shared/schemas.js';
-import { requireProject, type PlatformDeps } from '../context.js';
+import { requireProject, requireProjectForCommand, type PlatformDeps } from '../context.js';
 import { ConfigKeyParams, ConfigMap, ConfigParams, ConfigValue } from './schemas.js';
 
 export function configRoutes(deps: PlatformDeps): RouteDef[] {
@@ -45,7 +45,7 @@ export function configRoutes(deps: PlatformDeps): RouteDef[] {
       responses: { 200: { description: 'stored', schema: Success } },
       errors: [400, 401, 403, 404],
       async handler({ params, body, principal, meta }) {
-        await requireProject(deps, principal, params.projectId);
+        await requireProjectForCommand(deps, principal, params.projectId);
         const result = await deps.bus.handle(configStream(params.projectId), configDecider,
           { type: 'SetConfigValue', data: { project_id: params.projectId, key: params.key, value: body } }, meta);
         return { body: { success: true }, position: result.position };
@@ -58,7 +58,7 @@ export function configRoutes(deps: PlatformDeps): RouteDef[] {
       responses: { 204: { description: 'deleted (empty body)' } },
       errors: [400, 401, 403, 404],
       async handler({ params, principal, meta }) {
-        await requireProject(deps, principal, params.projectId);
+        await requireProjectForCommand(deps, principal, params.projectId);
         const result = await deps.bus.handle(configStream(params.projectId), configDecider,
           { type: 'DeleteConfigValue', data: { project_id: params.projectId, key: params.key } }, meta);
         return { status: 204, position: result.position };

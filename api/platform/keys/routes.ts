@@ -11,7 +11,7 @@ import { ProblemError } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
 import { check, nameErrors } from '../../http/validation.js';
 import { Success } from '../../shared/schemas.js';
-import { requireProject, type PlatformDeps } from '../context.js';
+import { requireProject, requireProjectForCommand, type PlatformDeps } from '../context.js';
 import { generateApiKey } from '../../../infra/apikeys.js';
 import { ApiKeyCreated, ApiKeyItem, CreateApiKeyBody, expiryProblem, KeyParams, ProjectKeyParams } from './schemas.js';
 
@@ -37,7 +37,7 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       responses: { 200: { description: 'the new key, including `key`', schema: ApiKeyCreated } },
       errors: [400, 401, 403, 404, 409, 503],
       async handler({ params, body, principal, meta, signal }) {
-        const project = await requireProject(deps, principal, params.projectId);
+        const project = await requireProjectForCommand(deps, principal, params.projectId);
         const expiresAt = body.expires_at ?? null;
         const expiry = expiresAt === null ? undefined : expiryProblem(expiresAt, clock().getTime());
         check(...nameErrors('body.name', body.name, MAX_API_KEY_NAME), expiry === undefined ? undefined : { location: 'body.expires_at', message: expiry, value: expiresAt });
@@ -74,7 +74,8 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
     route({
       method: 'GET', path: '/projects/:projectId/keys', operationId: 'listApiKeys', tag: 'API keys', auth: ['session'],
       summary: 'List a project\'s API keys (never the keys themselves)',
-      params: ProjectKeyParams, readModels: ['api-keys'],
+      // The project is looked up in the projects read model first (requireProject): X-Min-Position waits for both.
+      params: ProjectKeyParams, readModels: ['projects', 'api-keys'],
       responses: { 200: { description: 'keys, newest first', schema: Type.Array(ApiKeyItem) } },
       errors: [400, 401, 403, 404, 503],
       async handler({ params, principal }) {
@@ -88,12 +89,14 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
     route({
       method: 'DELETE', path: '/projects/:projectId/keys/:keyId', operationId: 'revokeApiKey', tag: 'API keys', auth: ['session'],
       summary: 'Revoke an API key',
-      description: 'The key stops working before this response is sent. Revoking an already revoked key succeeds.',
+      description: 'The key stops working before this response is sent. Revoking an already revoked key succeeds. '
+        + 'Should the api-keys read model not apply the revocation within CONSISTENCY_TIMEOUT_MS, the answer is 503 (`not-caught-up`): '
+        + 'the key is revoked, but may work until the read model has it; repeating the DELETE waits again.',
       params: KeyParams,
       responses: { 200: { description: 'revoked', schema: Success } },
       errors: [400, 401, 403, 404, 503],
       async handler({ params, principal, meta, signal }) {
-        await requireProject(deps, principal, params.projectId);
+        await requireProjectForCommand(deps, principal, params.projectId);
         const result = await deps.bus.handle(apiKeyStream(params.keyId), apiKeyDecider,
           { type: 'RevokeApiKey', data: { key_id: params.keyId, project_id: params.projectId } }, meta);
         await deps.waitFor('api-keys', result.position, signal);

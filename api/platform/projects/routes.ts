@@ -39,7 +39,7 @@ export function projectRoutes(deps: PlatformDeps): RouteDef[] {
     route({
       method: 'POST', path: '/projects', operationId: 'createProject', tag: 'Projects', auth: ['session'],
       summary: 'Create a project (extension)',
-      description: 'Creates a project owned by the session\'s tenant. With an Idempotency-Key, a repeated request returns the same project. Waits until the project can be used (its read model has it); should that take longer than CONSISTENCY_TIMEOUT_MS, the created project is still returned (pass its X-Event-Position as X-Min-Position to the next request) rather than a 503 that would invite a duplicate.',
+      description: 'Creates a project owned by the session\'s tenant. With an Idempotency-Key, a repeated request returns the same project. Waits until the project can be used (its read model has it); should that take longer than CONSISTENCY_TIMEOUT_MS, the created project is still returned rather than a 503 that would invite a duplicate: commands on it (creating its keys) find it at once, and queries (listing its keys, GET /projects) take its X-Event-Position as X-Min-Position.',
       body: CreateProjectBody,
       responses: { 200: { description: 'the created project', schema: ProjectView } },
       errors: [400, 401, 403, 409, 422, 503],
