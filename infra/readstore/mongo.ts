@@ -358,7 +358,8 @@ export class MongoReadStore implements ReadStore {
    * claimed again with the generation after it when another start took the slot first: starts running at once
    * get distinct generations, and the later one supersedes the earlier, as on the embedded store (whose
    * rebuild batches are then refused). Collections are dropped and created only after the claim, and only
-   * for generations this call owns: the one it superseded and its own.
+   * for generations this call owns: the one it superseded and its own, and only once the claim is checked to be
+   * above the live generation (see claimAboveLive).
    */
   async startRebuild(projection: string): Promise<CheckpointInfo> {
     for (let attempt = 1; ; attempt++) {
@@ -370,7 +371,7 @@ export class MongoReadStore implements ReadStore {
       const generation = Math.max(live.generation, previous?.generation ?? 0) + 1;
       const claim = { projection, slot: 'rebuild' as const, position: 0, generation, updated_at: new Date().toISOString() };
       const claimed = await this.claimRebuild(projection, previous?.generation, claim);
-      if (claimed) {
+      if (claimed && await this.claimAboveLive(projection, generation)) {
         // Dropped unless a swap marked it, or left it in the slot when interrupted after its update: then it may be live.
         const { superseded } = claimed;
         if (superseded && !superseded.swapping && superseded.generation !== live.generation) {
@@ -385,8 +386,27 @@ export class MongoReadStore implements ReadStore {
         }
         return toCheckpoint({ _id: slotId(projection, 'rebuild'), ...claim });
       }
-      if (attempt === SLOT_ATTEMPTS) throw new Error(`other rebuilds of ${projection} took the rebuild slot first ${SLOT_ATTEMPTS} times in a row`);
+      // Claimed at or below the live generation: given back (unless a swap marked it since) before anything was dropped.
+      if (claimed) await this.checkpoints.deleteOne({ _id: slotId(projection, 'rebuild'), generation, swapping: { $exists: false } });
+      if (attempt === SLOT_ATTEMPTS) throw new Error(`other rebuilds of ${projection} took the rebuild slot first (or swapped in under this claim) ${SLOT_ATTEMPTS} times in a row`);
     }
+  }
+
+  /**
+   * Whether a generation just claimed is still above the live one. The claim is conditioned on the slot, not on
+   * the live checkpoint read before it: whole rebuilds may have run in between (a stall between the two round
+   * trips), and handing out a live generation would drop its collections as leftovers (one below it would move
+   * the live generation back at its swap). When it is not, startRebuild releases the slot, unless a swap marked
+   * it meanwhile, and claims again; the generation it superseded is below the live one by then, for a sweep.
+   *
+   * One read after the claim suffices: the live generation moves only by a swap, to a generation it marked in the
+   * slot. One marked while we hold the slot is ours. One marked before our claim (and swapped in after this read)
+   * is the one our claim superseded, below ours since ours was computed from it; any other was superseded before
+   * our claim, its finishRebuild stalled between its mark and its update all along, which this does not cover.
+   */
+  private async claimAboveLive(projection: string, generation: number): Promise<boolean> {
+    const live = await this.slot(projection, 'live');
+    return live !== undefined && live.generation < generation;
   }
 
   /**

@@ -7,7 +7,9 @@ import { cursorReply, fakeMongo } from '../support/mongo-wire.js';
  * Generations left behind: a swap moves the live checkpoint, then drops the old generation's collections, and a
  * process killed in between (or a drop that fails) leaves them. The next registration (every node registers its
  * projections at start) or swap drops them, and only them: never the live generation, the rebuild slot's, or one
- * above the live one (a swap in another process may be about to make it live), nor any other collection.
+ * above the live one (a swap in another process may be about to make it live), nor any other collection. A startRebuild
+ * stalled between its reads and its claim while whole rebuilds ran elsewhere drops no live generation either, and
+ * hands out none at or below the live one.
  *
  * Against a stand-in standalone server that speaks MongoDB's wire protocol and keeps what the store needs:
  * which collections exist, and the documents of `_checkpoints` and `_collections`. Several stores on it are
@@ -20,15 +22,22 @@ interface Server {
   tables: Map<string, Map<string, Document>>;
   /** Replaces the answer to `drop` of a collection (e.g. an error); undefined: dropped. */
   onDrop?: (name: string) => Document | undefined;
+  /** The collections dropped, in order. */
+  dropped: string[];
+  /** Runs before a command is answered, when it returns a promise: the answer then reflects what it did meanwhile. */
+  before?: (name: string, body: Document) => Promise<void> | undefined;
 }
 
 const NOT_FOUND = { ok: 0, code: 26, codeName: 'NamespaceNotFound', errmsg: 'ns not found' };
 const INTERRUPTED = { ok: 0, code: 11601, codeName: 'Interrupted', errmsg: 'operation was interrupted' };
 
 function matches(doc: Document, filter: Document = {}): boolean {
-  return Object.entries(filter).every(([field, value]) => (value !== null && typeof value === 'object' && '$lte' in value
-    ? doc[field] <= value.$lte
-    : doc[field] === value));
+  return Object.entries(filter).every(([field, value]) => {
+    if (value === null || typeof value !== 'object') return doc[field] === value;
+    if ('$lte' in value) return doc[field] <= value.$lte;
+    if ('$exists' in value) return field in doc === value.$exists;
+    throw new Error(`the stand-in does not know the condition ${JSON.stringify(value)}`);
+  });
 }
 
 /** `update` as MongoDB applies it: a replacement, or `$set`/`$unset` (and `$setOnInsert` on an insert). */
@@ -61,6 +70,7 @@ function answer(server: Server, name: string, body: Document): Document {
       if (refused) return refused;
       if (!server.collections.delete(body.drop)) return NOT_FOUND;
       server.tables.delete(body.drop);
+      server.dropped.push(body.drop);
       return { ok: 1 };
     }
     case 'find':
@@ -114,8 +124,12 @@ async function server(t: Test, state: { collections: string[]; checkpoints?: Doc
       ['_checkpoints', new Map((state.checkpoints ?? []).map((d) => [d._id as string, d]))],
       ['_collections', new Map((state.registry ?? []).map((d) => [d._id as string, d]))],
     ]),
+    dropped: [],
   };
-  const mongo = await fakeMongo(t, (name, body) => answer(s, name, body));
+  const mongo = await fakeMongo(t, (name, body) => {
+    const waiting = s.before?.(name, body);
+    return waiting ? waiting.then(() => answer(s, name, body)) : answer(s, name, body);
+  });
   /** Another process on the same database. */
   const connect = async () => {
     const store = await MongoReadStore.connect(mongo.url, 'cairn_sweep');
@@ -221,4 +235,52 @@ t.test('the rebuild slot\'s generation is never dropped, even below the live one
   const store = await db.connect();
   await store.register('p', P);
   t.same(db.collections(), ['items__g2', 'items__g3', 'tags__g2', 'tags__g3']);
+});
+
+/**
+ * A start stalled (GC pause, VM freeze) between its read of the live checkpoint and its claim of the rebuild slot:
+ * `during` (another process's work) runs when the next claim of `p`'s slot reaches the server, before it is answered.
+ */
+function stallClaim(db: Awaited<ReturnType<typeof server>>, during: () => Promise<void>) {
+  db.server.before = (name, body) => {
+    const claim = (name === 'insert' && body.insert === '_checkpoints' && body.documents[0]._id === 'p:rebuild')
+      || (name === 'findAndModify' && body.findAndModify === '_checkpoints' && body.query._id === 'p:rebuild');
+    if (!claim) return undefined;
+    db.server.before = undefined;
+    return during();
+  };
+}
+
+t.test('a whole rebuild in another process between a start\'s reads and its claim: the live generation is not handed out', async (t) => {
+  const db = await server(t, { collections: [], registry: REGISTRY });
+  const stalled = await db.connect();
+  const other = await db.connect();
+  await stalled.register('p', P);
+  // The stalled start read the empty slot and live generation 1; the other process claims 2, swaps it in and empties the slot.
+  stallClaim(db, async () => {
+    t.match(await other.startRebuild('p'), { generation: 2 });
+    t.match(await other.finishRebuild('p'), { swapped: true, live: { generation: 2 } });
+  });
+  t.match(await stalled.startRebuild('p'), { generation: 3 }, 'a generation above the live one');
+  t.match(await stalled.checkpoint('p'), { generation: 2 });
+  t.same(db.server.dropped, ['items__g1', 'tags__g1'], 'only the generation swapped out was dropped, not the live one');
+  t.same(db.collections(), ['items__g2', 'items__g3', 'tags__g2', 'tags__g3']);
+  t.match(db.checkpoint('p:rebuild'), { generation: 3 });
+  t.match(await stalled.finishRebuild('p'), { swapped: true, live: { generation: 3 } });
+});
+
+t.test('whole rebuilds in another process between a start\'s reads and its claim: no generation below the live one', async (t) => {
+  const db = await server(t, { collections: [], registry: REGISTRY });
+  const stalled = await db.connect();
+  const other = await db.connect();
+  await stalled.register('p', P);
+  stallClaim(db, async () => {
+    for (const generation of [2, 3]) {
+      t.match(await other.startRebuild('p'), { generation });
+      t.match(await other.finishRebuild('p'), { swapped: true, live: { generation } });
+    }
+  });
+  t.match(await stalled.startRebuild('p'), { generation: 4 }, 'a generation above the live one');
+  t.same(db.collections(), ['items__g3', 'items__g4', 'tags__g3', 'tags__g4']);
+  t.match(await stalled.finishRebuild('p'), { swapped: true, live: { generation: 4 } }, 'its swap moves the live generation forward');
 });

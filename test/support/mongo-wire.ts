@@ -5,7 +5,9 @@ import type { Test } from 'tap';
 /**
  * A stand-in for a MongoDB server, for tests of the MongoDB adapter without one: it speaks the wire protocol
  * (the handshake's legacy hello, then OP_MSG) and hands every other command to `answer`, which returns the
- * reply, or undefined to leave the command unanswered (a server that hangs). `hello` adds fields to the
+ * reply, or undefined to leave the command unanswered (a server that hangs), or a promise of either: the reply
+ * then waits for it (other clients' commands are answered meanwhile; a rejection is answered as a command
+ * error, so the test sees it). `hello` adds fields to the
  * handshake's reply: `setName` makes it a replica set member (so the adapter uses transactions), `msg:
  * 'isdbgrid'` a mongos.
  */
@@ -22,7 +24,9 @@ export interface Received {
   closed: Promise<void>;
 }
 
-export async function fakeMongo(t: Test, answer: (name: string, body: Document) => Document | undefined, options: { hello?: Document } = {}) {
+type Answer = Document | undefined;
+
+export async function fakeMongo(t: Test, answer: (name: string, body: Document) => Answer | Promise<Answer>, options: { hello?: Document } = {}) {
   const received: Received[] = [];
   const sockets = new Set<Socket>();
   let connections = 0;
@@ -70,9 +74,16 @@ export async function fakeMongo(t: Test, answer: (name: string, body: Document) 
         }
         const name = Object.keys(body)[0]!;
         received.push({ name, body, closed });
+        const respond = (response: Answer) => {
+          if (response === undefined || flags & MORE_TO_COME) return;
+          reply(requestId, OP_MSG, Buffer.concat([Buffer.alloc(5), BSON.serialize(response)]));
+        };
         const response = /^(hello|ismaster)$/i.test(name) ? hello() : answer(name, body);
-        if (response === undefined || flags & MORE_TO_COME) continue;
-        reply(requestId, OP_MSG, Buffer.concat([Buffer.alloc(5), BSON.serialize(response)]));
+        if (response instanceof Promise) {
+          void response.then(respond, (error: unknown) => respond({ ok: 0, code: 1, codeName: 'InternalError', errmsg: String(error) }));
+        } else {
+          respond(response);
+        }
       }
     });
   });
