@@ -118,7 +118,7 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   };
 
   const deps: PlatformDeps = { bus, events, reads, waitFor: (name, position, signal) => waitFor([name], position, signal), log };
-  platformAuth = platformAuthenticator(config.auth, reads, recordKeyUse, clock);
+  platformAuth = platformAuthenticator(config.auth, reads, recordKeyUse, clock, (position, signal) => waitFor(['api-keys'], position, signal));
   // Both services run on this process's projections: they answer /readyz alike.
   const health = healthRoutes(() => readiness(host, { events, reads }, config.readyMaxLag));
   const platformApp = createPlatformApp(deps, {

@@ -107,11 +107,15 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
   for (const r of routes) {
     const path = info.basePath + r.path.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
     const params = [...parameters(r.params, 'path'), ...parameters(r.query, 'query')];
+    // An API key is judged as the api-keys read model knows it: with a position, authentication waits for it first.
+    const keyWait = r.auth.includes('key') ? ' An API key is judged once the api-keys read model has applied it too (a key whose creation answered before its read model had it works with that X-Event-Position).' : '';
     if (r.readModels) {
       params.push(
-        { name: 'X-Min-Position', in: 'header' as never, required: false, description: 'Wait (bounded) until the read model has applied this log position (from X-Event-Position)', schema: { type: 'string', pattern: '^[0-9]{1,16}$' } as never },
+        { name: 'X-Min-Position', in: 'header' as never, required: false, description: `Wait (bounded) until the read model has applied this log position (from X-Event-Position); given with min_position, the later of the two.${keyWait}`, schema: { type: 'string', pattern: '^[0-9]{1,16}$' } as never },
         { name: 'min_position', in: 'query', required: false, description: 'Same as X-Min-Position', schema: { type: 'string', pattern: '^[0-9]{1,16}$' } as never },
       );
+    } else if (keyWait) {
+      params.push({ name: 'X-Min-Position', in: 'header' as never, required: false, description: `A log position (from X-Event-Position). A command does not wait for read models, but${keyWait.replace(' An', ' an')} Malformed values are ignored here.`, schema: { type: 'string' } as never });
     }
     params.push({ name: 'X-Request-Id', in: 'header' as never, required: false, description: 'Correlation id; echoed back and recorded on every event the request appends (a value not matching the pattern is replaced by a generated id)', schema: { type: 'string', pattern: REQUEST_ID_PATTERN } as never });
     const command = isCommand(r);

@@ -91,7 +91,7 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
     const query = def.query ? new Validator(def.query, 'query', true) : undefined;
     const body = def.body ? new Validator(def.body, 'body') : undefined;
     const path = def.path;
-    const handler: RouterMiddleware = async (ctx) => {
+    const serve = async (ctx: Koa.Context): Promise<void> => {
       const principal = def.auth.length > 0 ? await mounting.authenticate(ctx, def.auth) : ({ kind: 'none' } as const);
       const meta = ctx.state.meta as RequestMeta;
       if (principal.kind === 'key' && def.scope && !principal.scopes.includes('*') && !principal.scopes.includes(def.scope)) {
@@ -126,17 +126,8 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
         get log() { return ctx.state.log as Logger; },
         get signal() { return requestSignal(ctx); },
       };
-      let reply: Reply;
-      try {
-        if (minPosition !== undefined && def.readModels && def.readModels.length > 0) await mounting.waitFor(def.readModels, minPosition, requestSignal(ctx));
-        reply = await def.handler(call as never);
-      } catch (error) {
-        if (!(error instanceof ClientGoneError)) throw error;
-        // Nobody is left to answer: nothing is written (the socket is closed), and it is no failure of
-        // ours. 499 ("client closed request", as nginx logs it) is for the access log only.
-        ctx.status = 499;
-        return;
-      }
+      if (minPosition !== undefined && def.readModels && def.readModels.length > 0) await mounting.waitFor(def.readModels, minPosition, requestSignal(ctx));
+      const reply = await def.handler(call as never);
       if (reply.position !== undefined) ctx.set('X-Event-Position', String(reply.position));
       for (const [k, v] of Object.entries(reply.headers ?? {})) ctx.set(k, v);
       ctx.status = reply.status ?? 200;
@@ -144,6 +135,17 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
       // Serialised here so scalar JSON values (a config value "abc", 42, null) are sent as JSON too.
       ctx.type = 'application/json';
       ctx.body = JSON.stringify(reply.body ?? null);
+    };
+    const handler: RouterMiddleware = async (ctx) => {
+      try {
+        await serve(ctx);
+      } catch (error) {
+        if (!(error instanceof ClientGoneError)) throw error;
+        // A wait (authentication's or the route's) ended by a client that left: nobody is left to answer,
+        // nothing is written (the socket is closed), and it is no failure of ours. 499 ("client closed
+        // request", as nginx logs it) is for the access log only.
+        ctx.status = 499;
+      }
     };
     router.register(path, [def.method], handler, { name: def.operationId });
   }
@@ -195,7 +197,11 @@ function rejectUnknownQuery(query: Record<string, unknown>): Record<string, unkn
   return {};
 }
 
-/** X-Min-Position header or min_position query parameter: a non-negative integer log position. */
+/**
+ * X-Min-Position header or min_position query parameter: a non-negative integer log position. Both may be
+ * given (a client library sending the header on every request, a caller adding the parameter): each is
+ * checked, and the request waits for the later of the two, which satisfies both.
+ */
 function takeMinPosition(ctx: Koa.Context, query: Record<string, unknown>, accepted: boolean): number | undefined {
   const fromQuery = query.min_position;
   delete query.min_position;
@@ -203,14 +209,30 @@ function takeMinPosition(ctx: Koa.Context, query: Record<string, unknown>, accep
   if (fromQuery !== undefined && !accepted) {
     throw badRequest('min_position is not accepted here', [{ location: 'query.min_position', message: 'only queries wait for read models; commands are applied in order', value: fromQuery }]);
   }
-  const header = ctx.get('X-Min-Position');
-  const [raw, location] = header ? [header, 'header.X-Min-Position'] : [typeof fromQuery === 'string' ? fromQuery : undefined, 'query.min_position'];
   // A header on a command is ignored (clients may send it on every request); a query parameter is not.
-  if (raw === undefined || raw === '' || !accepted) return undefined;
-  if (!/^\d{1,16}$/.test(raw)) {
-    throw badRequest('invalid consistency token', [{ location, message: 'must be a position returned in X-Event-Position', value: raw }]);
-  }
-  return Number(raw);
+  if (!accepted) return undefined;
+  const given: Array<[unknown, string]> = [[ctx.get('X-Min-Position'), 'header.X-Min-Position'], [fromQuery, 'query.min_position']];
+  const positions = given.flatMap(([raw, location]) => {
+    if (raw === undefined || raw === '') return [];
+    if (typeof raw !== 'string' || !POSITION.test(raw)) {
+      throw badRequest('invalid consistency token', [{ location, message: 'must be a position returned in X-Event-Position', value: raw }]);
+    }
+    return [Number(raw)];
+  });
+  return positions.length > 0 ? Math.max(...positions) : undefined;
+}
+
+const POSITION = /^\d{1,16}$/;
+
+/**
+ * The position a request asks to be served at (X-Min-Position or min_position, the later of the two), read
+ * leniently for what runs before validation (authentication): undefined when neither is a valid position,
+ * since the route's own check answers a malformed one (takeMinPosition).
+ */
+export function requestedMinPosition(ctx: Koa.Context): number | undefined {
+  const fromQuery = ctx.query.min_position;
+  const valid = [ctx.get('X-Min-Position'), fromQuery].filter((raw): raw is string => typeof raw === 'string' && POSITION.test(raw)).map(Number);
+  return valid.length > 0 ? Math.max(...valid) : undefined;
 }
 
 /**
@@ -218,7 +240,10 @@ function takeMinPosition(ctx: Koa.Context, query: Record<string, unknown>, accep
  * (JSON.parse rejects trailing data), not empty. Every failure is a 400 problem.
  */
 export async function readJsonBody(ctx: Koa.Context, types: string[] = ['application/json', '+json']): Promise<unknown> {
-  if (!ctx.is(types)) {
+  const is = ctx.is(types);
+  // null: the request has no body at all (neither Content-Length nor Transfer-Encoding), whatever its type.
+  if (is === null) throw badRequest('request body is required');
+  if (!is) {
     throw badRequest('Content-Type must be application/json', [{ location: 'header.Content-Type', message: 'must be application/json', value: ctx.get('Content-Type') || null }]);
   }
   // JSON is UTF-8 (RFC 8259 §8.1): another declared charset is refused rather than decoded as UTF-8.

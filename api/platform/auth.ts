@@ -6,7 +6,7 @@ import type { Logger } from '../../infra/logger.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import type { ApiKeyDoc } from '../../projections/apikeys/projection.js';
 import { ProblemError, unauthorized } from '../http/problem.js';
-import type { AuthKind, Principal } from '../http/routes.js';
+import { requestedMinPosition, requestSignal, type AuthKind, type Principal } from '../http/routes.js';
 import { hashApiKey, isWellFormedApiKey } from '../../infra/apikeys.js';
 
 /** A request authenticated with a key: `correlation_id` is the request's id, for the ApiKeyUsed event it may cause. */
@@ -26,8 +26,14 @@ class KeySetUnavailableError extends Error {
  * Resolves the caller of a platform request. API keys (`sk_…`) are checked for shape and checksum
  * first, then looked up by SHA-256 hash and compared in constant time; sessions are JWTs verified
  * against AUTH_JWKS_URL or AUTH_JWT_SECRET (HS256). `alg: none` never verifies.
+ *
+ * A key is judged as the api-keys read model knows it. A request carrying X-Min-Position (or min_position)
+ * waits first (`waitForKeys`, bounded, then 503) until that read model has reached it: a key whose creation
+ * answered before its read model had it works with its X-Event-Position, and a key revoked at a position the
+ * request names is refused, on every route, commands included.
  */
-export function platformAuthenticator(config: Config['auth'], reads: ReadStore, onKeyUse: (use: KeyUse) => void, clock: () => Date = () => new Date()) {
+export function platformAuthenticator(config: Config['auth'], reads: ReadStore, onKeyUse: (use: KeyUse) => void, clock: () => Date = () => new Date(),
+  waitForKeys?: (position: number, signal: AbortSignal) => Promise<void>) {
   let keySource: Uint8Array | JWTVerifyGetKey | undefined;
   let algorithms: string[] = [];
   if (config.jwksUrl) {
@@ -127,7 +133,11 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
     if (!match) throw unauthorized(`this operation needs ${wants} as Authorization: Bearer`);
     const token = match[1]!;
     const isKey = token.startsWith('sk_');
-    if (isKey && accepted.includes('key')) return apiKey(token, (ctx.state.meta as { correlation_id?: string } | undefined)?.correlation_id);
+    if (isKey && accepted.includes('key')) {
+      const minPosition = waitForKeys ? requestedMinPosition(ctx) : undefined;
+      if (minPosition !== undefined) await waitForKeys!(minPosition, requestSignal(ctx));
+      return apiKey(token, (ctx.state.meta as { correlation_id?: string } | undefined)?.correlation_id);
+    }
     if (!isKey && accepted.includes('session')) return session(token, ctx.state.log as Logger | undefined);
     throw unauthorized(`this operation needs ${wants}`);
   }
