@@ -16,7 +16,7 @@ import { route, type RouteDef } from '../http/routes.js';
 import { byteLimit, check, nonBlank, wellFormed } from '../http/validation.js';
 import { parseFacts, UnparseableFactsError } from './facts.js';
 import { chatMessages, extractionMessages } from './prompts.js';
-import { toView, type Retrieval } from './retrieval.js';
+import { FUSION_DEPTH, toView, type Retrieval } from './retrieval.js';
 import {
   ChatResponse, ContextResponse, DeleteMemoryQuery, DeleteMemoryResponse, DeleteScopeResponse, ExportResponse, IngestBody,
   IngestResponse, PersonalityBody, PersonalityResponse, ScopeQuery, SearchBody, SearchResponse, StoreMemoryBody,
@@ -137,7 +137,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/search', operationId: 'searchMemories', tag: TAG, auth: ['owner'],
       summary: 'Search the scope\'s memories (lexical, semantic or hybrid)',
-      description: '`lexical` (default): BM25 over the scope\'s live memories. `semantic`: cosine similarity of embeddings (no threshold: weak matches still rank). `hybrid`: reciprocal rank fusion of both ranks with k = 60, score = Σ 1/(60 + rank). Scores are not comparable across modes. Sees every write acknowledged before the request (waits up to CONSISTENCY_TIMEOUT_MS, else 503).',
+      description: `\`lexical\` (default): BM25 over the scope's live memories. \`semantic\`: cosine similarity of embeddings (no threshold: weak matches still rank). \`hybrid\`: reciprocal rank fusion of both ranks with k = 60, score = Σ 1/(60 + rank), rank from 1, over the top ${FUSION_DEPTH} (or \`limit\`, if larger) of each ranking. Scores are not comparable across modes. Sees every write acknowledged before the request (waits up to CONSISTENCY_TIMEOUT_MS, else 503).`,
       body: SearchBody, readModels: [MEMORIES_PROJECTION],
       responses: { 200: { description: 'scored memories, best first', schema: SearchResponse } },
       errors: READ_ERRORS,

@@ -181,6 +181,12 @@ t.test('ingest tolerates fenced or slightly malformed JSON from local models', a
   t.equal(res.status, 200, res.text);
   t.same(res.body.facts.map((f: { text: string }) => f.text), ['The user plays chess', 'The user is left-handed'], 'blank facts dropped');
 
+  // Prose (or a reasoning block) with braces of its own around the JSON.
+  server.chat.push('<think>The text mentions {chess} and [a cat].</think>\nHere is the JSON {as asked}:\n{"facts": ["The user has a cat"]}\n(Skipped: {greetings}.)');
+  const prose = await app.memory('POST', '/v1/ingest', { scope, text: 'chat' });
+  t.equal(prose.status, 200, prose.text);
+  t.same(prose.body.facts?.map((f: { text: string }) => f.text), ['The user has a cat'], 'the JSON among braces of prose');
+
   server.chat.push('{"facts": []}');
   const none = await app.memory('POST', '/v1/ingest', { scope, text: 'hello' });
   t.equal(none.status, 200);

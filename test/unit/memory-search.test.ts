@@ -237,3 +237,15 @@ t.test('parseFacts tolerates what local models send', async (t) => {
   t.throws(() => parseFacts('{"facts": [{"name": "Sam"}]}'), UnparseableFactsError, 'items, none of them a fact');
   t.throws(() => parseFacts('{"facts": [42, true]}'), UnparseableFactsError, 'scalars are not facts');
 });
+
+t.test('parseFacts finds the JSON in prose that has braces and brackets of its own', async (t) => {
+  t.same(parseFacts('Here is the JSON for the text {as requested}:\n{"facts": ["likes tea"]}'), ['likes tea'], 'braces in the prose before');
+  t.same(parseFacts('{"facts": ["likes tea"]}\n\nNote: I skipped the greetings (e.g. {hello}).'), ['likes tea'], 'braces in the prose after');
+  t.same(parseFacts('<think>The text says {"hi"} and cites [1].</think>\n{"facts": ["likes tea",]}'), ['likes tea'], 'a reasoning block first');
+  t.same(parseFacts('As noted in [1], the facts: ["likes tea", "has a dog"]'), ['likes tea', 'has a dog'], 'a bracket in the prose before a bare array');
+  t.same(parseFacts('The facts {none found}: {"facts": []}'), [], 'an explicit empty list in prose');
+  t.same(parseFacts('Here: {"facts": ["a \\"quoted\\" {brace]"]} done.'), ['a "quoted" {brace]'], 'brackets and quotes inside the strings');
+  t.throws(() => parseFacts('Here: {"memories": ["likes tea"]} and {so on}.'), UnparseableFactsError, 'the wrong shape in prose is still not a list');
+  t.throws(() => parseFacts('Sorry {I cannot} answer [1].'), UnparseableFactsError, 'no facts anywhere');
+  t.throws(() => parseFacts(`${'{'.repeat(100_000)}{"facts": ["too far"]}`), UnparseableFactsError, 'the search for a start is bounded');
+});
