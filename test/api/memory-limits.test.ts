@@ -370,17 +370,23 @@ t.test('owner token, browser and host guard', async (t) => {
     'same-origin navigation (DNS rebinding) refused without a host list');
   t.equal(await exportWith({ 'Sec-Fetch-Site': 'none', 'Sec-Fetch-Mode': 'navigate' }), 403, 'a typed address');
 
-  const viaHost = (host: string) => new Promise<number>((resolve, reject) => {
+  const viaHost = (host: string, path = '/v1/search', headers: Record<string, string> = {}) => new Promise<number>((resolve, reject) => {
     const url = new URL(guarded.memoryUrl);
-    const req = request({ host: url.hostname, port: url.port, path: '/v1/search', method: 'POST', headers: { Host: host, 'Content-Type': 'application/json', ...auth } }, (res) => {
+    const probe = path !== '/v1/search';
+    const req = request({ host: url.hostname, port: url.port, path, method: probe ? 'GET' : 'POST', headers: { Host: host, ...(probe ? {} : { 'Content-Type': 'application/json', ...auth }), ...headers } }, (res) => {
       res.resume();
       resolve(res.statusCode!);
     });
     req.on('error', reject);
-    req.end(JSON.stringify({ scope, query: 'guarded' }));
+    req.end(probe ? undefined : JSON.stringify({ scope, query: 'guarded' }));
   });
   t.equal(await viaHost('memory.internal'), 200, 'allowed host');
   t.equal(await viaHost(`memory.internal:${new URL(guarded.memoryUrl).port}`), 200, 'allowed host with port');
   t.equal(await viaHost('attacker.example'), 403, 'foreign host');
   t.equal(await viaHost('memory.internal.attacker.example'), 403, 'suffix trick');
+  // An orchestrator's probes address the pod by its IP: liveness and readiness answer whatever the Host.
+  t.equal(await viaHost('10.1.2.3:8081', '/healthz'), 200, 'liveness probe by pod IP');
+  t.equal(await viaHost('10.1.2.3:8081', '/readyz'), 200, 'readiness probe by pod IP');
+  t.equal(await viaHost('10.1.2.3:8081', '/docs/openapi.json'), 403, 'only the probes: the OpenAPI document keeps the Host check');
+  t.equal(await viaHost('10.1.2.3:8081', '/healthz', { Origin: 'https://evil.example' }), 403, 'browser signals are refused on the probes too');
 });
