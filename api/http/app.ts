@@ -89,6 +89,8 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     // Absent is no key; sent empty is a malformed one (a client that meant to send a key must not get creates repeated).
     const sentKey = ctx.req.headers['idempotency-key'] === undefined ? undefined : ctx.get('Idempotency-Key');
     ctx.set('X-Request-Id', requestId);
+    // Answers carry project data, keys shown once and personal memories: no cache (browser, proxy) keeps them.
+    ctx.set('Cache-Control', 'no-store');
     // The request's logger is made when something logs (most requests at LOG_LEVEL=warn log nothing).
     let child: Logger | undefined;
     const logger = () => (child ??= options.log.child({ request_id: requestId, service: options.name }));

@@ -32,6 +32,19 @@ t.test('wrong method: 405 with Allow', async (t) => {
   t.equal(cfg.headers.get('allow'), 'DELETE, GET, HEAD, PUT');
 });
 
+t.test('no answer may be cached: keys shown once, project data and memories carry Cache-Control: no-store', async (t) => {
+  const { key, projectId, session } = await projectWithKey(app, 'tenant-no-store');
+  const created = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { name: 'shown once' } });
+  const answers = {
+    'a created key': created,
+    'a query': await app.platform('/agents', { headers: bearer(key) }),
+    'a problem': await app.platform('/agents', { headers: bearer('sk_nope') }),
+    'an unknown route': await app.platform('/nothing-here'),
+    'a memory export': await fetch(`${app.memoryUrl}/v1/export?agent=a&user=u`),
+  };
+  for (const [what, res] of Object.entries(answers)) t.equal(res.headers.get('cache-control'), 'no-store', what);
+});
+
 t.test('request ids are echoed and recorded as correlation ids', async (t) => {
   const { key } = await projectWithKey(app);
   const res = await app.platform('/agents', { method: 'POST', headers: { ...bearer(key), 'X-Request-Id': 'req-trace-42' }, json: { name: 'Traced' } });
