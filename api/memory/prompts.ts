@@ -14,12 +14,18 @@ export function extractionMessages(text: string): ChatMessage[] {
   return [{ role: 'system', content: EXTRACTION_PROMPT }, { role: 'user', content: text }];
 }
 
+/**
+ * A memory as one item of the prompt's list: its further lines indented under it, so a memory of several lines
+ * (or one with a line of its own starting "- ") reads as one memory, not as several.
+ */
+const listItem = (text: string) => `- ${text.replace(/\r\n|\r|\n/g, '\n  ')}`;
+
 /** One completion: the personality and the retrieved memories in the system message, the query as the user's. */
 export function chatMessages(personality: string, memories: ScoredMemory[], query: string): ChatMessage[] {
   const parts: string[] = [];
   if (personality.trim() !== '') parts.push(personality);
   parts.push(memories.length > 0
-    ? `What you remember about the user, most relevant first:\n${memories.map((m) => `- ${m.text}`).join('\n')}`
+    ? `What you remember about the user, most relevant first:\n${memories.map((m) => listItem(m.text)).join('\n')}`
     : 'You remember nothing about the user that is relevant to this message.');
   parts.push('Use these memories where they help; do not invent other memories.');
   return [{ role: 'system', content: parts.join('\n\n') }, { role: 'user', content: query }];

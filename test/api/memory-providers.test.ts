@@ -316,6 +316,13 @@ t.test('POST /v1/chat: one completion with personality and memories; stores neit
   const exported = await app.memory('GET', `/v1/export?agent=${scope.agent}&user=${scope.user}`);
   t.notMatch(exported.text, /MARKER/);
 
+  // A memory of several lines, one of them starting like a list item, stays one item of the prompt's list.
+  const lines = freshScope();
+  await app.memory('POST', '/v1/memories', { scope: lines, text: 'Shopping list of the user:\n- oat milk\r\n- rye bread' });
+  server.chat.push('Noted.');
+  t.equal((await app.memory('POST', '/v1/chat', { scope: lines, query: 'shopping list' })).status, 200);
+  t.match(server.chatRequests().at(-1)!.body.messages[0].content, /\n- Shopping list of the user:\n {2}- oat milk\n {2}- rye bread\n/, 'continuation lines indented under their memory');
+
   const empty = freshScope();
   server.chat.push('I do not know you yet.');
   const fresh = await app.memory('POST', '/v1/chat', { scope: empty, query: 'who am I?' });
