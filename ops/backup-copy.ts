@@ -3,11 +3,34 @@
  * at once: VACUUM INTO is one native call, which nothing in the process running it can interrupt (better-sqlite3
  * has no sqlite3_interrupt, and a worker thread inside a native call holds its process open until it returns).
  *
- * Arguments: SOURCE TARGET pairs, copied in that order. Each ends fsynced and checked; a failure is one line on
- * stderr and exit code 1.
+ * Arguments: LOCK, the backup's lock file, then SOURCE TARGET pairs, copied in that order. Each ends fsynced and
+ * checked; a failure is one line on stderr and exit code 1.
  */
 import Database from 'better-sqlite3';
 import { closeSync, fsyncSync, openSync } from 'node:fs';
+import { Worker } from 'node:worker_threads';
+
+/**
+ * Ends this process as soon as the backup's own does, however that ended (kill -9 included), so that no copy goes
+ * on writing into a directory that another backup may then take: stdin is a pipe whose other end only that process
+ * holds, and which the system closes when it ends. A worker watches it: this thread is in VACUUM INTO.
+ */
+function endWithParent(): void {
+  const watch = `const end = () => process.kill(process.pid, 'SIGKILL');
+    new (require('node:net').Socket)({ fd: 0, readable: true }).on('end', end).on('error', end).resume();`;
+  new Worker(watch, { eval: true, execArgv: [] }).unref();
+}
+
+/**
+ * A shared lock on the backup's lock file (see lockDirectory in backup.ts), held until this process ends: should
+ * the backup's own process die first, another backup still cannot take the directory while this one writes there.
+ */
+function holdLock(file: string): Database.Database {
+  const db = new Database(file, { readonly: true, fileMustExist: true });
+  db.exec('BEGIN');
+  db.prepare('SELECT COUNT(*) FROM holder').get();
+  return db;
+}
 
 /**
  * VACUUM INTO on a read connection copies one read transaction's snapshot: the server's writer goes on (WAL), and
@@ -38,10 +61,15 @@ function copy(source: string, target: string): void {
   }
 }
 
-const pairs = process.argv.slice(2);
+const [lock, ...pairs] = process.argv.slice(2);
+let held: Database.Database | undefined;
 try {
+  endWithParent();
+  held = holdLock(lock!);
   for (let i = 0; i + 1 < pairs.length; i += 2) copy(pairs[i]!, pairs[i + 1]!);
 } catch (error) {
   process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
   process.exitCode = 1;
+} finally {
+  held?.close();
 }

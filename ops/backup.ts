@@ -1,19 +1,30 @@
 import Database from 'better-sqlite3';
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
 import { loadConfig, type Config } from '../infra/config.js';
-import { count, printJson, printTable } from './output.js';
+import { count, notice, printJson, printTable } from './output.js';
 import { OpsError, requireEventLog, stopOnSignals } from './runtime.js';
 
 const EVENT_LOG = 'events.db';
 const READ_MODELS = 'readmodels.db';
 
+/** Held in the backup's directory while the backup runs (see lockDirectory), and removed when it ends. */
+const LOCK = 'backup.lock';
+
 /** Where a file is copied before it is checked and renamed: a name no server opens. */
 const partial = (file: string) => `${file}.partial`;
+
+/** What a backup writes into its directory: VACUUM INTO's journals, and SQLite's own beside the lock, too. */
+const written = (files: string[]) => [LOCK, `${LOCK}-journal`, ...files.flatMap((file) => [file, partial(file), `${partial(file)}-journal`])];
+
+/** All that a backup, with or without --read-models, can have left behind when it was killed. */
+const LEFTOVER = new Set(written([READ_MODELS, EVENT_LOG]));
 
 interface Backup {
   dir: string;
@@ -22,17 +33,22 @@ interface Backup {
   head: number;
   events: number;
   elapsed_ms: number;
+  /** What a backup into the same directory that did not finish had left there, removed before this one. */
+  leftover_removed: string[];
 }
 
 export function backupCommands(program: Command): void {
   program.command('backup').description('copy the embedded event log (and the read models) into a new directory, while the server runs')
-    .argument('<dir>', 'where the backup goes: a directory that does not exist yet, or an empty one')
+    .argument('<dir>', 'where the backup goes: a directory that does not exist yet, an empty one, or one a killed backup left')
     .option('--read-models', 'copy the read models too (without it, a server started on the backup rebuilds them from the log)')
     .option('--json', 'print JSON')
     .addHelpText('after', `
 The backup is itself a DATA_DIR. To restore: stop the server, point DATA_DIR at the backup (or move its files into
 place, deleting the -wal and -shm files of the old ones), and start it. The embedded event log only: with
 EVENTSTORE_URL set, back EventStoreDB up with its own tools (with MONGODB_URL, --read-models is refused).
+
+While it runs, the backup holds ${LOCK} in DIR: another backup into DIR is refused, naming its pid. What a backup
+that did not finish (kill -9, a crash, a power loss) left in DIR is removed by the next backup into it, which says so.
 
 Exit code: 0 when the backup is written; 1 when it was refused or failed, 130, 143 or 129 when SIGINT, SIGTERM or
 SIGHUP stopped it (and then nothing of it is left).`)
@@ -60,18 +76,24 @@ async function backup(target: string, readModels: boolean): Promise<Backup> {
   const files = readModels ? [READ_MODELS, EVENT_LOG] : [EVENT_LOG];
   const stop = stopOnSignals(`backup into ${target} interrupted; nothing of it is left`);
   try {
-    const created = prepareDirectory(target);
+    const taken = takeDirectory(target);
     try {
-      await copyDatabases(files.map((file) => [join(config.dataDir, file), join(target, partial(file))]), stop.signal);
+      await copyDatabases(join(target, LOCK), files.map((file) => [join(config.dataDir, file), join(target, partial(file))]), stop.signal);
       for (const file of files) renameSync(join(target, partial(file)), join(target, file));
-      fsyncPath(target);
-      if (created) fsyncPath(dirname(target));
       const log = logFacts(join(target, EVENT_LOG));
       stop.signal.throwIfAborted();
-      return { dir: target, files: files.map((file) => ({ file, bytes: statSync(join(target, file)).size })), ...log, elapsed_ms: Date.now() - started };
+      rmSync(join(target, LOCK));
+      fsyncPath(target);
+      if (taken.created) fsyncPath(dirname(target));
+      return {
+        dir: target, files: files.map((file) => ({ file, bytes: statSync(join(target, file)).size })), ...log,
+        elapsed_ms: Date.now() - started, leftover_removed: taken.leftover,
+      };
     } catch (error) {
-      removeBackup(target, created, files);
+      removeBackup(target, taken.created, files);
       throw stop.signal.aborted ? stop.signal.reason : error;
+    } finally {
+      taken.release();
     }
   } finally {
     stop.release();
@@ -93,7 +115,34 @@ function refuseServers(config: Config, readModels: boolean): void {
   }
 }
 
-/** A new or empty directory, so that the backup is all it holds; true if made here (and so removed on failure). */
+/**
+ * The directory, locked for this backup and emptied of what a backup that did not finish left there; created: made
+ * here (and so removed on failure). A refusal leaves the directory as it was.
+ */
+function takeDirectory(dir: string): { created: boolean; leftover: string[]; release: () => void } {
+  const created = prepareDirectory(dir);
+  let lock: ReturnType<typeof lockDirectory>;
+  try {
+    lock = lockDirectory(dir);
+  } catch (error) {
+    if (created) removeIfEmpty(dir);
+    throw error;
+  }
+  try {
+    return { created, leftover: removeLeftover(dir, lock.inherited), release: lock.release };
+  } catch (error) {
+    if (!lock.inherited) rmSync(join(dir, LOCK), { force: true });
+    lock.release();
+    if (created) removeIfEmpty(dir);
+    throw error;
+  }
+}
+
+/**
+ * A new or empty directory, so that the backup is all it holds, or one with a backup's lock file and nothing but
+ * what a backup writes (see removeLeftover); true if made here. Checked before the lock is taken, so that a
+ * refusal writes nothing, and again under it.
+ */
 function prepareDirectory(dir: string): boolean {
   if (!existsSync(dir)) {
     if (!existsSync(dirname(dir))) throw new OpsError(`cannot create ${dir}: ${dirname(dir)} does not exist`);
@@ -101,20 +150,126 @@ function prepareDirectory(dir: string): boolean {
     return true;
   }
   if (!statSync(dir).isDirectory()) throw new OpsError(`${dir} is not a directory`);
-  if (readdirSync(dir).length > 0) throw new OpsError(`${dir} is not empty: a backup goes into a new or an empty directory`);
+  const entries = readdirSync(dir);
+  if (entries.length > 0 && !(entries.includes(LOCK) && entries.every((name) => LEFTOVER.has(name)))) throw notEmpty(dir);
   return false;
 }
 
+const notEmpty = (dir: string) => new OpsError(`${dir} is not empty: a backup goes into a new or an empty directory`);
+
 /**
- * Runs backup-copy.ts on SOURCE TARGET pairs, in its own process group: a Ctrl-C reaches this process only,
- * which kills the copy at once (see backup-copy.ts for why it is a process of its own).
+ * Under the lock, what the directory holds besides the lock file: nothing, or, when the lock file was there
+ * before this backup, what a backup that died left (its holder is gone, or the lock would not have been free):
+ * removed, and said so. Anything else may be someone's, and is refused untouched; so is a backup without its lock
+ * file (a finished one, or one of a version that wrote none).
  */
-async function copyDatabases(pairs: string[][], signal: AbortSignal): Promise<void> {
+function removeLeftover(dir: string, inherited: boolean): string[] {
+  const entries = readdirSync(dir).filter((name) => name !== LOCK).sort();
+  if (entries.length === 0) return [];
+  if (!inherited || !entries.every((name) => LEFTOVER.has(name))) throw notEmpty(dir);
+  for (const name of entries) rmSync(join(dir, name));
+  notice(`removed what a backup into ${dir} that did not finish (killed, or its machine stopped) left there: ${entries.join(', ')}`);
+  return entries;
+}
+
+interface Holder { pid: number; host: string; started_at: string; token: string }
+
+/**
+ * The lock a backup holds on its directory for as long as a process of it may write there, so that another backup
+ * can tell a running backup from the leftover of one that was killed. It is SQLite's lock on the file LOCK (POSIX
+ * advisory locks), which the operating system releases when its process ends, however it ends: a lock file left
+ * behind is then free, and no pid, which another process may have taken since (after a reboot, say), is trusted.
+ *
+ * This process and its copying process each hold a shared lock (an open read transaction). A backup takes the
+ * directory with the exclusive lock, which it gets only when no process of another backup is alive; it writes
+ * who it is into the file, for one refused to name, and from then on holds a shared lock. If another backup took
+ * the exclusive lock between the two and wrote itself in, that one holds the directory.
+ *
+ * A backup removes the lock file when it ends, so one that opened the file just before then gets the lock of a file
+ * that is gone: once it has the lock, it checks that the file it opened is still the one in the directory.
+ * Nothing else in this process may open the lock file: closing any descriptor of it would drop the lock.
+ *
+ * inherited: the lock file was there before this backup.
+ */
+function lockDirectory(dir: string): { inherited: boolean; release: () => void } {
+  const path = join(dir, LOCK);
+  let made = false;
+  for (;;) {
+    const opened = fileId(path);
+    if (opened === undefined) {
+      made = createEmpty(path) || made;
+      continue;
+    }
+    let db: Database.Database | undefined;
+    try {
+      db = new Database(path, { fileMustExist: true, timeout: 0 });
+      db.exec('BEGIN EXCLUSIVE');
+      if (fileId(path) !== opened) {
+        db.close();
+        continue;
+      }
+      const token = randomUUID();
+      db.exec('CREATE TABLE IF NOT EXISTS holder (pid INTEGER, host TEXT, started_at TEXT, token TEXT); DELETE FROM holder');
+      db.prepare('INSERT INTO holder VALUES (?, ?, ?, ?)').run(process.pid, hostname(), new Date().toISOString(), token);
+      db.exec('COMMIT; BEGIN');
+      const holder = readHolder(db);
+      if (holder?.token !== token) throw running(dir, holder);
+      const held = db;
+      return { inherited: !made, release: () => held.close() };
+    } catch (error) {
+      const busy = (error as { code?: string }).code === 'SQLITE_BUSY';
+      const holder = busy ? readHolder(db!) : undefined;
+      db?.close();
+      if (db === undefined && fileId(path) === undefined) continue;
+      if (error instanceof OpsError) throw error;
+      throw busy ? running(dir, holder) : new OpsError(`cannot lock ${path}: ${(error as Error).message}`);
+    }
+  }
+}
+
+/** Who holds the lock, as it wrote itself into the file (waiting for one that is writing). */
+function readHolder(db: Database.Database): Holder | undefined {
+  db.pragma('busy_timeout = 2000');
+  try {
+    return db.prepare<[], Holder>('SELECT pid, host, started_at, token FROM holder').get();
+  } catch {
+    return undefined;
+  }
+}
+
+function running(dir: string, holder: Holder | undefined): OpsError {
+  const who = holder ? ` (pid ${holder.pid} on ${holder.host}, started ${holder.started_at})` : '';
+  return new OpsError(`another backup is writing into ${dir}${who}: wait for it to end, or stop it`);
+}
+
+/** Device and inode: what a file is, whatever its name (of a symbolic link, the link's). */
+function fileId(path: string): string | undefined {
+  const stats = lstatSync(path, { throwIfNoEntry: false });
+  return stats && `${stats.dev}:${stats.ino}`;
+}
+
+/** True if this call made the file. */
+function createEmpty(path: string): boolean {
+  try {
+    closeSync(openSync(path, 'wx'));
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw error;
+  }
+}
+
+/**
+ * Runs backup-copy.ts on LOCK SOURCE TARGET..., in its own process group: a Ctrl-C reaches this process only,
+ * which kills the copy at once (see backup-copy.ts for why it is a process of its own). It gets a pipe for stdin
+ * that this process never writes: it ends the copy when the pipe closes, that is when this process ends, however.
+ */
+async function copyDatabases(lock: string, pairs: string[][], signal: AbortSignal): Promise<void> {
   signal.throwIfAborted();
   const fromSources = import.meta.url.endsWith('.ts');
   const script = fileURLToPath(new URL(`./backup-copy.${fromSources ? 'ts' : 'js'}`, import.meta.url));
   const loader = fromSources ? ['--import', import.meta.resolve('tsx')] : [];
-  const child = spawn(process.execPath, [...loader, script, ...pairs.flat()], { stdio: ['ignore', 'ignore', 'pipe'], detached: true });
+  const child = spawn(process.execPath, [...loader, script, lock, ...pairs.flat()], { stdio: ['pipe', 'ignore', 'pipe'], detached: true });
   const kill = () => child.kill('SIGKILL');
   signal.addEventListener('abort', kill, { once: true });
   let stderr = '';
@@ -147,10 +302,19 @@ function logFacts(file: string): { head: number; events: number } {
   }
 }
 
-/** What this backup wrote: the directory if it made it, otherwise each of its files (VACUUM INTO's journal too). */
+/**
+ * What this backup wrote, lock file included (VACUUM INTO's journals too), and the directory if it made it. Named
+ * one by one: whatever else is in the directory is not the backup's.
+ */
 function removeBackup(dir: string, created: boolean, files: string[]): void {
-  if (created) return rmSync(dir, { recursive: true, force: true });
-  for (const file of files) {
-    for (const name of [file, partial(file), `${partial(file)}-journal`]) rmSync(join(dir, name), { force: true });
+  for (const name of written(files)) rmSync(join(dir, name), { force: true });
+  if (created) removeIfEmpty(dir);
+}
+
+function removeIfEmpty(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOTEMPTY') throw error;
   }
 }

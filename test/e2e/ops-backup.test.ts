@@ -1,9 +1,9 @@
 import Database from 'better-sqlite3';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
@@ -48,6 +48,17 @@ async function dataDirWithLog(name: string, readModels = true): Promise<string> 
   return dir;
 }
 
+/**
+ * Holds the log of `dataDir` exclusively until closed: a backup then copies the read models and waits to read the
+ * log (for its busy timeout, 5 s, then fails), a backup in progress with a partial copy in its directory.
+ */
+function holdLog(dataDir: string): Database.Database {
+  const lock = new Database(join(dataDir, 'events.db'));
+  lock.pragma('locking_mode = EXCLUSIVE');
+  lock.exec('BEGIN EXCLUSIVE');
+  return lock;
+}
+
 function query<T>(file: string, sql: string, ...params: unknown[]): T[] {
   const db = new Database(file, { readonly: true, fileMustExist: true });
   try {
@@ -62,6 +73,12 @@ const EVENTS = 'SELECT position, id, stream, revision, type, data, metadata, rec
 /** Polls (a file to appear, for instance) every few milliseconds. */
 async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((resolve) => setTimeout(resolve, 3));
+}
+
+/** The pids of the copying processes of backups into `dir` (backup-copy.ts, which has the backup's files as arguments). */
+function copying(dir: string): number[] {
+  return execFileSync('ps', ['-A', '-o', 'pid=,args='], { encoding: 'utf8' }).split('\n')
+    .filter((line) => line.includes('backup-copy') && line.includes(dir)).map((line) => Number.parseInt(line, 10));
 }
 
 const scope = { agent: 'ava', user: 'sam' };
@@ -99,7 +116,7 @@ t.test('a backup taken while the server appends: a prefix of the live log, check
     [logOnly, printed, ['events.db']],
     [withReadModels, JSON.parse(withReadModels.stdout) as Backup, ['readmodels.db', 'events.db']],
   ];
-  t.match(JSON.parse(withReadModels.stdout), { elapsed_ms: Number }, '--json: the time taken too');
+  t.match(JSON.parse(withReadModels.stdout), { elapsed_ms: Number, leftover_removed: [] }, '--json: the time taken too, and no leftover removed');
   for (const [run, result, files] of copies) {
     t.equal(run.code, 0, run.stderr);
     t.equal(run.stderr, '');
@@ -149,10 +166,15 @@ t.test('refused, with nothing written: a DIR that is not empty, a DATA_DIR witho
   writeFileSync(join(full, 'notes.txt'), 'keep me');
   const file = join(work, 'a-file');
   writeFileSync(file, '');
+  // What a killed backup leaves (see below), beside a file that is not a backup's.
+  const mixed = join(work, 'leftover-and-notes');
+  mkdirSync(mixed);
+  for (const name of ['backup.lock', 'events.db.partial', 'notes.txt']) writeFileSync(join(mixed, name), '');
   const fresh = (name: string) => join(work, `refused-${name}`);
 
   const cases: Array<{ name: string; dataDir?: string; args: string[]; env?: NodeJS.ProcessEnv; stderr: RegExp; untouched: string }> = [
     { name: 'not empty', args: [full], stderr: /^error: .*full is not empty: a backup goes into a new or an empty directory\n$/, untouched: full },
+    { name: 'a leftover and more', args: [mixed], stderr: /^error: .*leftover-and-notes is not empty: a backup goes into a new or an empty directory\n$/, untouched: mixed },
     { name: 'a file', args: [file], stderr: /^error: .*a-file is not a directory\n$/, untouched: file },
     { name: 'no parent', args: [join(fresh('parent'), 'backup')], stderr: /^error: cannot create .*refused-parent\/backup: .*refused-parent does not exist\n$/, untouched: fresh('parent') },
     { name: 'no log', dataDir: join(work, 'typo'), args: [fresh('typo')], stderr: /^error: no event log in .*typo \(set DATA_DIR/, untouched: fresh('typo') },
@@ -182,11 +204,7 @@ t.test('refused, with nothing written: a DIR that is not empty, a DATA_DIR witho
 
 t.test('stopped (SIGTERM, SIGINT) or failing during the copy: what was written is removed', async (t) => {
   const dataDir = await dataDirWithLog('locked');
-  // While this connection holds the log exclusively, a backup copies the read models, then waits to read the log
-  // (for its busy timeout, 5 s, then fails): a backup in progress, with a partial copy in its directory.
-  const lock = new Database(join(dataDir, 'events.db'));
-  lock.pragma('locking_mode = EXCLUSIVE');
-  lock.exec('BEGIN EXCLUSIVE');
+  const lock = holdLog(dataDir);
   t.teardown(() => lock.close());
   const existing = join(work, 'stopped-existing');
   mkdirSync(existing);
@@ -216,4 +234,78 @@ t.test('stopped (SIGTERM, SIGINT) or failing during the copy: what was written i
     if (c.after === 'absent') t.notOk(existsSync(c.dir), `${c.dir}: made by the backup, removed`);
     else t.same(readdirSync(c.dir), [], `${c.dir}: there before, left empty`);
   }));
+});
+
+t.test('killed with kill -9 in the middle of its copy: the next backup into the directory removes what it left, and is written', async (t) => {
+  // A log of 94 MB: its copy takes long enough (a few hundred ms) to be killed in the middle of it.
+  const dataDir = join(work, 'large');
+  const events = new EmbeddedEventStore(join(dataDir, 'events.db'));
+  const padding = 'x'.repeat(4000);
+  await Promise.all(Array.from({ length: 100 }, (_, s) => events.append(`backup-large-${s}`,
+    pings(200).map((event) => ({ ...event, data: { ...event.data, padding } })), 'no_stream')));
+  await events.close();
+  const dir = join(work, 'killed');
+  const copy = join(dir, 'events.db.partial');
+
+  const killed = backup(dataDir, [dir]);
+  await until(() => (statSync(copy, { throwIfNoEntry: false })?.size ?? 0) > 0 || killed.child.exitCode !== null);
+  killed.child.kill('SIGKILL');
+  t.equal((await killed.done).code, null, 'killed before it was done');
+  // Its copying process reads the end of its pipe from the killed one, and ends too.
+  await until(() => copying(dir).length === 0);
+  const left = readdirSync(dir).sort();
+  const copied = statSync(copy).size;
+  t.ok(left.includes('backup.lock'), `left: ${left.join(', ')}`);
+
+  const again = await backup(dataDir, [dir, '--json']).done;
+  t.equal(again.code, 0, again.stderr);
+  const removed = left.filter((name) => name !== 'backup.lock');
+  t.equal(again.stderr, `removed what a backup into ${dir} that did not finish (killed, or its machine stopped) left there: ${removed.join(', ')}\n`,
+    'says what it removed');
+  const result = JSON.parse(again.stdout) as Backup & { leftover_removed: string[] };
+  t.same(result.leftover_removed, removed, '--json: what it removed');
+  t.same(readdirSync(dir), ['events.db'], 'the backup and nothing else');
+  t.ok(copied < result.files[0]!.bytes, `killed in the middle of the copy: ${copied} of ${result.files[0]!.bytes} bytes were copied`);
+  t.same(query(join(dir, 'events.db'), 'PRAGMA integrity_check'), [{ integrity_check: 'ok' }]);
+  const all = 'SELECT MAX(position) AS head, COUNT(*) AS events, SUM(LENGTH(data)) AS bytes FROM events';
+  t.same(query(join(dir, 'events.db'), all), query(join(dataDir, 'events.db'), all), 'all the events of the log');
+  t.match(result, { head: 20000, events: 20000 });
+});
+
+t.test('a backup into a directory another backup is writing into is refused, naming its pid; killed, that one leaves its directory to the next', async (t) => {
+  const dataDir = await dataDirWithLog('concurrent');
+  const lock = holdLog(dataDir);
+  t.teardown(() => lock.close());
+  const dir = join(work, 'concurrent-backup');
+
+  const first = backup(dataDir, [dir, '--read-models']);
+  await until(() => existsSync(join(dir, 'readmodels.db.partial')) || first.child.exitCode !== null);
+  const refused = await backup(dataDir, [dir, '--json']).done;
+  t.equal(refused.code, 1);
+  t.equal(refused.stdout, '');
+  t.match(refused.stderr, new RegExp(`^error: another backup is writing into ${dir} \\(pid ${first.child.pid} on ${hostname()}, started [-0-9T:.]+Z\\): `
+    + 'wait for it to end, or stop it\n$'));
+  t.same(readdirSync(dir).sort(), ['backup.lock', 'readmodels.db.partial'], 'the running backup\'s files are untouched');
+
+  // Its copying process holds the lock too: stopped while the backup is killed, it still keeps the directory.
+  const [copier] = copying(dir);
+  process.kill(copier!, 'SIGSTOP');
+  t.teardown(() => { for (const pid of copying(dir)) process.kill(pid, 'SIGKILL'); });
+  first.child.kill('SIGKILL');
+  await first.done;
+  const whileStopped = await backup(dataDir, [dir]).done;
+  t.equal(whileStopped.code, 1);
+  t.match(whileStopped.stderr, /^error: another backup is writing into /);
+  // Resumed, it finds its backup gone and ends at once, not when its wait for the log does (5 s).
+  const resumed = Date.now();
+  process.kill(copier!, 'SIGCONT');
+  await until(() => copying(dir).length === 0);
+  t.ok(Date.now() - resumed < 2000, `the copy ended ${Date.now() - resumed} ms after it was resumed`);
+
+  lock.close();
+  const next = await backup(dataDir, [dir, '--read-models']).done;
+  t.equal(next.code, 0, next.stderr);
+  t.equal(next.stderr, `removed what a backup into ${dir} that did not finish (killed, or its machine stopped) left there: readmodels.db.partial\n`);
+  t.match(next.stdout, /^FILE +BYTES\nreadmodels\.db +\d+\nevents\.db +\d+\nbackup in .*: the event log up to position 3 \(3 events\)/);
+  t.same(readdirSync(dir).sort(), ['events.db', 'readmodels.db']);
 });
