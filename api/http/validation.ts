@@ -1,9 +1,17 @@
 import type { TSchema } from 'typebox';
 import { Compile } from 'typebox/compile';
+import { Settings } from 'typebox/system';
 import { nameForm, nameProblems, unpairedSurrogate } from '../../domain/shared/text.js';
 import { badRequest, type ProblemFieldError } from './problem.js';
 
 export type Location = 'body' | 'query' | 'path' | 'header';
+
+/**
+ * The most schema errors gathered for one value: a guard against values built to make huge error lists.
+ * TypeBox's own cap (`maxErrors`, 8) is too low for a problem that lists every error: each unknown field
+ * spends one on a `boolean` error, so 8 unknown fields left nothing for the rest of the body.
+ */
+export const MAX_SCHEMA_ERRORS = 50;
 
 /** A schema compiled once at start-up, with its error translation to problem `errors[]`. */
 export class Validator<T = unknown> {
@@ -12,16 +20,27 @@ export class Validator<T = unknown> {
     this.compiled = Compile(schema);
   }
 
-  /** Returns the (converted) value or throws a 400 problem listing every error. */
+  /** Returns the (converted) value or throws a 400 problem listing every error (a last entry says when there were more). */
   parse(input: unknown): T {
     const value = this.convert ? convertStrings(this.schema, input) : input;
     if (this.compiled.Check(value)) return value as T;
-    const errors: ProblemFieldError[] = [];
-    for (const e of collapseChoices([...this.compiled.Errors(value)])) {
-      if (e.keyword === 'boolean') continue; // additionalProperties: false reports each field twice
-      errors.push(describe(e, value, this.location));
+    const found = this.errors(value);
+    const errors = explain(found, this.schema, value, this.location);
+    if (found.length >= MAX_SCHEMA_ERRORS) {
+      errors.push({ location: this.location, message: `more errors not listed: validation stops after ${MAX_SCHEMA_ERRORS} schema errors` });
     }
     throw badRequest(`invalid ${this.location === 'path' ? 'path parameter' : this.location}`, errors);
+  }
+
+  /** TypeBox's cap is process-wide: raised only while gathering (synchronously, so no other validation sees it). */
+  private errors(value: unknown): SchemaError[] {
+    const previous = Settings.Get().maxErrors;
+    Settings.Set({ maxErrors: MAX_SCHEMA_ERRORS });
+    try {
+      return [...this.compiled.Errors(value)];
+    } finally {
+      Settings.Set({ maxErrors: previous });
+    }
   }
 }
 
@@ -46,30 +65,80 @@ function convertStrings(schema: TSchema, input: unknown): unknown {
 type SchemaError = { keyword: string; schemaPath: string; instancePath: string; params: Record<string, unknown>; message: string };
 
 /**
- * A value outside a choice of constants (`Type.Union` of literals, perhaps with null) fails each branch and
- * then the union: one "must be equal to constant" per allowed value and "must match a schema in anyOf",
- * none of them naming a value. Those become one error listing what is allowed.
+ * Schema errors become field errors, one per unknown-field list and one per union, in the order found. TypeBox
+ * reports an unknown field twice: a `boolean` error at the field (its `additionalProperties: false` schema) and,
+ * after all fields of the object, one `additionalProperties` error listing them; when the cap cuts the list, only
+ * the first may be there, so both count. A union reports each branch's errors and then `anyOf`.
  */
-function collapseChoices(errors: SchemaError[]): SchemaError[] {
-  const dropped = new Set<SchemaError>();
-  const replaced = new Map<SchemaError, SchemaError>();
-  for (const union of errors) {
-    if (union.keyword !== 'anyOf') continue;
-    const branches = errors.filter((e) => e !== union && e.instancePath === union.instancePath && e.schemaPath.startsWith(`${union.schemaPath}/anyOf/`));
-    const choices = branches.map((e) => (e.keyword === 'const' ? JSON.stringify(e.params.allowedValue) : e.keyword === 'type' && e.params.type === 'null' ? 'null' : undefined));
-    if (branches.length === 0 || choices.includes(undefined)) continue;
-    for (const b of branches) dropped.add(b);
-    replaced.set(union, { ...union, keyword: 'enum', message: `must be one of ${choices.join(', ')}` });
+function explain(found: SchemaError[], schema: TSchema, root: unknown, location: Location): ProblemFieldError[] {
+  const groups = new Map<unknown, SchemaError[]>();
+  for (const e of found) {
+    const object = objectWithUnknownField(e);
+    const union = unionOf(e);
+    const key = object !== undefined ? `unknown ${object}` : union !== undefined ? `union ${union} ${e.instancePath}` : e;
+    groups.set(key, [...(groups.get(key) ?? []), e]);
   }
-  return errors.filter((e) => !dropped.has(e)).map((e) => replaced.get(e) ?? e);
+  return [...groups.values()].flatMap((errors) => {
+    if (objectWithUnknownField(errors[0]!) !== undefined) return [unknownFields(errors, location)];
+    if (unionOf(errors[0]!) !== undefined) return explainUnion(errors, schema, root, location);
+    return errors.map((e) => describe(e, root, location));
+  });
 }
+
+/** The instance path of the object an unknown-field error is about, or undefined for any other error. */
+function objectWithUnknownField(e: SchemaError): string | undefined {
+  if (e.keyword === 'additionalProperties') return e.instancePath;
+  return e.keyword === 'boolean' && e.schemaPath.endsWith('/additionalProperties') ? e.instancePath.slice(0, e.instancePath.lastIndexOf('/')) : undefined;
+}
+
+/** The schema path of the union an error is about: the union's own, or the one a branch's error is in. */
+const unionOf = (e: SchemaError) => (e.keyword === 'anyOf' ? e.schemaPath : /^(.*)\/anyOf\/\d+(?:\/|$)/.exec(e.schemaPath)?.[1]);
+
+function unknownFields(errors: SchemaError[], location: Location): ProblemFieldError {
+  const names = new Set(errors.flatMap((e) => e.keyword === 'boolean'
+    ? [unescapePointer(e.instancePath.slice(e.instancePath.lastIndexOf('/') + 1))]
+    : (e.params.additionalProperties as string[] | undefined) ?? []));
+  const instancePath = objectWithUnknownField(errors[0]!)!;
+  return describe({ keyword: 'additionalProperties', schemaPath: '', instancePath, params: { additionalProperties: [...names] }, message: '' }, undefined, location);
+}
+
+/**
+ * A value that fits no branch of a union fails each branch and then the union ("must be string", "must be
+ * equal to constant", "must be null", "must match a schema in anyOf"): one error says what is allowed instead,
+ * `must be one of "lexical", "semantic", "hybrid"` or `must be a date-time string (RFC 3339) or null`. A value
+ * of a branch's type that breaks one of its bounds (a session label too long) gets that bound's error alone.
+ */
+function explainUnion(errors: SchemaError[], schema: TSchema, root: unknown, location: Location): ProblemFieldError[] {
+  const { instancePath } = errors[0]!;
+  const unionPath = unionOf(errors[0]!)!;
+  const branches = (pointerGet(schema, unionPath.replace(/^#/, '')) as { anyOf?: unknown[] } | undefined)?.anyOf ?? [];
+  const choices = branches.map(choice);
+  if (choices.length === 0 || choices.includes(undefined)) return errors.map((e) => describe(e, root, location));
+  const bounds = errors.filter((e) => !['anyOf', 'type', 'const', 'format'].includes(e.keyword));
+  if (bounds.length > 0) return bounds.map((e) => describe(e, root, location));
+  const literals = branches.every((b) => 'const' in (b as object) || (b as { type?: unknown }).type === 'null');
+  const message = literals ? `must be one of ${choices.join(', ')}` : `must be ${choices.join(' or ')}`;
+  return [describe({ keyword: 'enum', schemaPath: unionPath, instancePath, params: {}, message }, root, location)];
+}
+
+const TYPE_NAMES: Record<string, string> = { string: 'a string', integer: 'an integer', number: 'a number', boolean: 'a boolean', null: 'null' };
+
+/** How a branch of a union is named in its error, or undefined for a branch too complex to name (an object). */
+function choice(branch: unknown): string | undefined {
+  const { const: value, type, format } = branch as { const?: unknown; type?: string; format?: string };
+  if (value !== undefined) return JSON.stringify(value);
+  if (type === 'string' && format === 'date-time') return 'a date-time string (RFC 3339)';
+  if (type === 'string' && format) return `a string of format "${format}"`;
+  return type === undefined ? undefined : TYPE_NAMES[type];
+}
+
+const unescapePointer = (segment: string) => segment.replace(/~1/g, '/').replace(/~0/g, '~');
 
 function pointerGet(value: unknown, pointer: string): unknown {
   let current = value;
   for (const raw of pointer.split('/').slice(1)) {
-    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~');
     if (current === null || typeof current !== 'object') return undefined;
-    current = (current as Record<string, unknown>)[key];
+    current = (current as Record<string, unknown>)[unescapePointer(raw)];
   }
   return current;
 }

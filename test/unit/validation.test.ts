@@ -1,0 +1,83 @@
+import t from 'tap';
+import Type from 'typebox';
+import { Settings } from 'typebox/system';
+import { ProblemError } from '../../api/http/problem.js';
+import { MAX_SCHEMA_ERRORS, Validator, type Location } from '../../api/http/validation.js';
+import { ScopeQuery, SearchBody, StoreMemoryBody } from '../../api/memory/schemas.js';
+import { CreateApiKeyBody } from '../../api/platform/keys/schemas.js';
+
+/** The problem's `errors[]` for a value the validator refuses (the test fails if it accepts it). */
+function errorsOf(schema: ConstructorParameters<typeof Validator>[0], value: unknown, location: Location = 'body', convert = false) {
+  try {
+    new Validator(schema, location, convert).parse(value);
+  } catch (error) {
+    if (error instanceof ProblemError && error.status === 400) return error.extra.errors ?? [];
+    throw error;
+  }
+  throw new Error('the value passed validation');
+}
+
+const scope = { agent: 'a', user: 'u' };
+const fields = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`f${i}`, i]));
+const names = (n: number) => Array.from({ length: n }, (_, i) => `f${i}`);
+
+t.test('unknown fields are one error per object, however many, and never crowd out the other errors', async (t) => {
+  // TypeBox's default cap (8) was spent on one hidden error per unknown field: 8 of them left `errors: []`.
+  t.same(errorsOf(StoreMemoryBody, { scope, text: 'x', ...fields(9) }), [
+    { location: 'body', message: `unknown fields: ${names(9).join(', ')}`, value: names(9) },
+  ], 'nine at the top level');
+  t.same(errorsOf(StoreMemoryBody, { scope: { ...scope, ...fields(9) }, text: 'x' }), [
+    { location: 'body.scope', message: `unknown fields: ${names(9).join(', ')}`, value: names(9) },
+  ], 'nine in a nested object');
+  t.same(errorsOf(ScopeQuery, { ...scope, ...Object.fromEntries(names(9).map((n) => [n, 'x'])) }, 'query', true), [
+    { location: 'query', message: `unknown fields: ${names(9).join(', ')}`, value: names(9) },
+  ], 'nine in the query');
+  t.same(errorsOf(StoreMemoryBody, { scope, text: 5, session: 5, ...fields(4) }), [
+    { location: 'body', message: `unknown fields: ${names(4).join(', ')}`, value: names(4) },
+    { location: 'body.text', message: 'must be string', value: 5 },
+    { location: 'body.session', message: 'must be a string or null', value: 5 },
+  ], 'four unknown fields and two bad values: all three reported');
+  t.same(errorsOf(StoreMemoryBody, { scope: { agent: 'a', 'x/y~z': 1 }, text: 'x' }), [
+    { location: 'body.scope', message: 'missing required field: user' },
+    { location: 'body.scope', message: 'unknown field: x/y~z', value: ['x/y~z'] },
+  ], 'a name with "/" and "~" as sent');
+});
+
+t.test(`at most ${MAX_SCHEMA_ERRORS} schema errors are gathered, and a last entry says when there were more`, async (t) => {
+  const many = errorsOf(StoreMemoryBody, { scope, text: 5, ...fields(MAX_SCHEMA_ERRORS + 10) });
+  t.same(many, [
+    { location: 'body', message: `unknown fields: ${names(MAX_SCHEMA_ERRORS).join(', ')}`, value: names(MAX_SCHEMA_ERRORS) },
+    { location: 'body', message: `more errors not listed: validation stops after ${MAX_SCHEMA_ERRORS} schema errors` },
+  ]);
+  const below = errorsOf(StoreMemoryBody, { scope, text: 5, ...fields(10) });
+  t.notOk(below.some((e) => /more errors/.test(e.message)), 'no such entry when every error is listed');
+  t.equal(Settings.Get().maxErrors, 8, 'TypeBox\'s process-wide cap is left as it was');
+});
+
+t.test('a value outside a union is one error saying what is allowed', async (t) => {
+  const modes = 'must be one of "lexical", "semantic", "hybrid"';
+  for (const mode of [null, 5, 'fuzzy']) {
+    t.same(errorsOf(SearchBody, { scope, query: 'q', mode }), [{ location: 'body.mode', message: modes, value: mode }], `mode ${JSON.stringify(mode)}`);
+  }
+  t.same(errorsOf(CreateApiKeyBody, { scopes: ['agents:read', 5] }), [
+    { location: 'body.scopes.1', message: 'must be one of "*", "agents:read", "agents:write", "config:read", "config:write", "projects:read"', value: 5 },
+  ], 'an array item of the wrong type');
+  for (const session of [5, true, {}]) {
+    t.same(errorsOf(StoreMemoryBody, { scope, text: 'x', session }), [{ location: 'body.session', message: 'must be a string or null', value: session }], `session ${JSON.stringify(session)}`);
+  }
+  for (const expires of ['tomorrow', 5, false]) {
+    t.same(errorsOf(CreateApiKeyBody, { expires_at: expires }), [
+      { location: 'body.expires_at', message: 'must be a date-time string (RFC 3339) or null', value: expires },
+    ], `expires_at ${JSON.stringify(expires)}`);
+  }
+  const other = Type.Object({ link: Type.Union([Type.String({ format: 'uri' }), Type.Null()]), level: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]) });
+  t.same(errorsOf(other, { link: 'not a uri', level: 'high' }), [
+    { location: 'body.link', message: 'must be a string of format "uri" or null', value: 'not a uri' },
+    { location: 'body.level', message: 'must be an integer or null', value: 'high' },
+  ], 'other formats and types are named too');
+  t.same(errorsOf(other, { link: null, level: 0 }), [{ location: 'body.level', message: 'must be >= 1', value: 0 }], 'a number under the bound of the integer branch: that bound alone');
+  const long = 'x'.repeat(129);
+  t.same(errorsOf(StoreMemoryBody, { scope, text: 'x', session: long }), [
+    { location: 'body.session', message: 'must not have more than 128 characters', value: long },
+  ], 'a string over the bound of the string branch: that bound alone');
+});
