@@ -153,7 +153,18 @@ function describe(e: SchemaError, root: unknown, location: Location): ProblemFie
     const names = (e.params.requiredProperties as string[] | undefined) ?? [];
     return { location: join(location, path), message: `missing required field${names.length > 1 ? 's' : ''}: ${names.join(', ')}` };
   }
-  return { location: join(location, path), message: e.message, value: pointerGet(root, e.instancePath) };
+  const value = pointerGet(root, e.instancePath);
+  return { location: join(location, path), message: e.message, value: tooLong(e.keyword, value) ?? value };
+}
+
+/**
+ * What a value over a length limit is said to be: its size, not itself (as byteLimit does), so that the problem
+ * does not echo a body of up to 1 MiB.
+ */
+function tooLong(keyword: string, value: unknown): string | undefined {
+  if (keyword === 'maxLength' && typeof value === 'string') return `${[...value].length} characters`;
+  if (keyword === 'maxItems' && Array.isArray(value)) return `${value.length} items`;
+  return undefined;
 }
 
 const join = (location: string, path: string) => (path ? `${location}.${path}` : location);
