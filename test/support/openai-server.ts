@@ -5,7 +5,8 @@ import type { AddressInfo } from 'node:net';
  * A real HTTP server speaking the OpenAI protocol for the two calls Cairn makes:
  * `POST /v1/chat/completions` and `POST /v1/embeddings`. Replies are scripted per call (queues), with
  * defaults when a queue is empty; every request is recorded. A scripted reply can be a failure status
- * (429, 500…), a malformed body, or a hang (the server never answers) for timeout tests.
+ * (429, 500…), a malformed body, a hang (the server never answers) for timeout tests, or a completion in
+ * one of the shapes OpenAI-compatible servers send (content parts, null content, finish_reason "length").
  */
 
 export interface RecordedRequest {
@@ -27,6 +28,12 @@ export type Scripted =
     headers?: Record<string, string>;
     /** Never answer (the connection stays open until the client gives up or the server closes). */
     hang?: boolean;
+    /** A chat completion whose message content is this, as is: a string, an array of content parts, null. */
+    content?: unknown;
+    /** The completion's finish_reason (default "stop"). */
+    finishReason?: string;
+    /** Further fields of the assistant message, e.g. `refusal` or `tool_calls`. */
+    message?: Record<string, unknown>;
   };
 
 export interface OpenAiServer {
@@ -38,6 +45,11 @@ export interface OpenAiServer {
   /** Scripted replies to embeddings calls, used in order; when empty, vectors come from `embed`. */
   embeddings: Scripted[];
   defaultChat(body: any): string;
+  /**
+   * When set, every chat request carrying `response_format` is answered 400 with this body, before any
+   * scripted reply is used (as LM Studio refuses `json_object`, or OpenAI a model without JSON mode).
+   */
+  responseFormatRefusal?: unknown;
   /** The default embedding of one input. */
   embed(text: string): number[];
   /** When set, an embeddings reply waits for it (to hold the vector projection at a chosen event). */
@@ -72,13 +84,13 @@ function send(res: ServerResponse, status: number, body: string, headers: Record
   res.end(body);
 }
 
-function chatCompletion(model: string, content: string) {
+function chatCompletion(model: string, content: unknown, finishReason = 'stop', message: Record<string, unknown> = {}) {
   return {
     id: `chatcmpl-${Math.random().toString(36).slice(2)}`,
     object: 'chat.completion',
     created: Math.floor(Date.now() / 1000),
     model,
-    choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+    choices: [{ index: 0, message: { role: 'assistant', content, ...message }, finish_reason: finishReason }],
     usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
   };
 }
@@ -112,6 +124,9 @@ export async function startOpenAiServer(options: { apiKey?: string } = {}): Prom
     if (req.method !== 'POST' || (path !== '/v1/chat/completions' && path !== '/v1/embeddings')) {
       return send(res, 404, JSON.stringify({ error: { message: `no route ${req.method} ${path}` } }));
     }
+    if (path === '/v1/chat/completions' && state.responseFormatRefusal !== undefined && body?.response_format !== undefined) {
+      return send(res, 400, JSON.stringify(state.responseFormatRefusal));
+    }
     const queue = path === '/v1/chat/completions' ? state.chat : state.embeddings;
     const scripted = queue.shift();
     if (scripted !== undefined && typeof scripted !== 'string') {
@@ -119,6 +134,10 @@ export async function startOpenAiServer(options: { apiKey?: string } = {}): Prom
       if (scripted.raw !== undefined || scripted.json !== undefined || scripted.status !== undefined) {
         const payload = scripted.raw ?? JSON.stringify(scripted.json ?? { error: { message: 'scripted failure', type: 'server_error' } });
         return send(res, scripted.status ?? 200, payload, scripted.headers);
+      }
+      if ('content' in scripted || scripted.finishReason !== undefined || scripted.message !== undefined) {
+        const content = 'content' in scripted ? scripted.content : state.defaultChat(body);
+        return send(res, 200, JSON.stringify(chatCompletion(body?.model ?? 'test-model', content, scripted.finishReason, scripted.message)));
       }
     }
     if (path === '/v1/chat/completions') {
