@@ -15,13 +15,7 @@ export async function openStores(
   config: Pick<Config, 'dataDir' | 'eventStoreUrl' | 'eventStoreTimeoutMs' | 'mongodbUrl' | 'mongodbDb'>,
   options: { checkpointer?: boolean; appends?: boolean } = {},
 ): Promise<{ events: EventStore; reads: ReadStore }> {
-  let events: EventStore;
-  if (config.eventStoreUrl) {
-    const { EsdbEventStore } = await import('./eventstore/esdb.js');
-    events = new EsdbEventStore(config.eventStoreUrl, { timeoutMs: config.eventStoreTimeoutMs });
-  } else {
-    events = new EmbeddedEventStore(join(config.dataDir, 'events.db'), { appends: options.appends ?? true });
-  }
+  const events = await openEventStore(config, options);
   try {
     const reads = config.mongodbUrl
       ? await (await import('./readstore/mongo.js')).MongoReadStore.connect(config.mongodbUrl, config.mongodbDb)
@@ -32,6 +26,18 @@ export async function openStores(
     await events.close().catch(() => undefined);
     throw error;
   }
+}
+
+/** The event log alone, for what never touches a read model (operator commands that read or append events). */
+export async function openEventStore(
+  config: Pick<Config, 'dataDir' | 'eventStoreUrl' | 'eventStoreTimeoutMs'>,
+  options: { appends?: boolean } = {},
+): Promise<EventStore> {
+  if (config.eventStoreUrl) {
+    const { EsdbEventStore } = await import('./eventstore/esdb.js');
+    return new EsdbEventStore(config.eventStoreUrl, { timeoutMs: config.eventStoreTimeoutMs });
+  }
+  return new EmbeddedEventStore(join(config.dataDir, 'events.db'), { appends: options.appends ?? true });
 }
 
 /** Closes both stores, each whatever the other does (a failed start, the end of an operator command). */

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { jsonLine, printable, writeOut } from './output.js';
-import { commaList, nonNegativeInt, positiveInt, withStores } from './runtime.js';
+import { commaList, nonNegativeInt, positiveInt, withEventLog } from './runtime.js';
 import { eventView } from './streams.js';
 
 export function eventCommands(program: Command): void {
@@ -10,7 +10,7 @@ export function eventCommands(program: Command): void {
     .option('--from <position>', 'start after this log position (0 = from the beginning; default: the current head)', nonNegativeInt)
     .option('--count <n>', 'stop after this many events', positiveInt)
     .option('--json', 'print one JSON object per line')
-    .action(async (opts: { type?: string[]; from?: number; count?: number; json?: boolean }) => withStores(async ({ events }) => {
+    .action(async (opts: { type?: string[]; from?: number; count?: number; json?: boolean }) => withEventLog(async (events) => {
       const abort = new AbortController();
       const stop = () => abort.abort();
       process.once('SIGINT', stop);

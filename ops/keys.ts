@@ -7,7 +7,7 @@ import { apiKeyDecider, apiKeyStream, MAX_API_KEY_NAME } from '../domain/apikeys
 import { notice, writeSecret } from './output.js';
 import { loadProject, nameOption } from './projects.js';
 import { CreateApiKeyBody, expiryProblem } from '../api/platform/keys/schemas.js';
-import { commaList, opsRequestMeta, validateAsApi, withStores } from './runtime.js';
+import { commaList, opsRequestMeta, validateAsApi, withEventLog } from './runtime.js';
 
 /**
  * `--expires-at` as the API takes `expires_at`: its schema's RFC 3339 date-time, offset included, and its rule
@@ -30,7 +30,7 @@ export function keyCommands(program: Command): void {
     .option('--expires-at <time>', 'expiry, an RFC 3339 date-time such as 2030-01-01T00:00:00Z (default: never)', futureInstant)
     .option('--json', 'print JSON (includes the key)')
     .action(async (opts: { project: string; name: string; scopes?: string[]; expiresAt?: string; json?: boolean }) =>
-      withStores(async ({ events }) => {
+      withEventLog(async (events) => {
         validateAsApi(CreateApiKeyBody, { name: opts.name, ...(opts.scopes ? { scopes: opts.scopes } : {}) }, { name: '--name', scopes: '--scopes' });
         const name = nameOption(opts.name, MAX_API_KEY_NAME);
         // Project ids are lower-case UUIDs; the API accepts them in any case (RFC 9562), and so does this.

@@ -28,6 +28,22 @@ export function printable(text: string): string {
   return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
+/** A name in a message, in double quotes (an empty one shows), its control characters escaped as in printable. */
+export function quoted(name: string): string {
+  return printable(JSON.stringify(name));
+}
+
+/**
+ * A name as a shell word an operator can paste into the next command (`--after <name>`): as it is if it has only
+ * safe characters, else in single quotes, or, with control characters, as `$'…'` with `\uXXXX` escapes (bash,
+ * zsh and ksh read those), so that the name cannot drive the terminal either.
+ */
+export function shellWord(name: string): string {
+  if (/^[\w./:@%+=,-]+$/.test(name)) return name;
+  if (printable(name) === name) return `'${name.replaceAll("'", "'\\''")}'`;
+  return `$'${printable(name.replace(/[\\']/g, '\\$&'))}'`;
+}
+
 /** `1 event`, `2 events`. */
 export function count(n: number, noun: string): string {
   return `${n} ${noun}${n === 1 ? '' : 's'}`;

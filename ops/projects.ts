@@ -5,15 +5,15 @@ import type { EventStore } from '../infra/eventstore/port.js';
 import { MAX_PROJECT_NAME, projectDecider, projectStream, type ProjectEvent, type ProjectState } from '../domain/projects/decider.js';
 import { fold } from '../domain/shared/decider.js';
 import { nameForm, nameProblem } from '../domain/shared/text.js';
-import { printJson } from './output.js';
+import { printJson, quoted } from './output.js';
 import { CreateProjectBody } from '../api/platform/projects/schemas.js';
-import { OpsError, opsRequestMeta, validateAsApi, withStores } from './runtime.js';
+import { OpsError, opsRequestMeta, validateAsApi, withEventLog } from './runtime.js';
 
 /** A project's state from its stream; operator commands check existence against the log, not a read model that may lag. */
 export async function loadProject(events: EventStore, projectId: string): Promise<Extract<ProjectState, { exists: true }>> {
   const recorded = await events.readStream(projectStream(projectId));
   const state = fold(projectDecider, recorded.map((e) => ({ type: e.type, data: e.data }) as ProjectEvent));
-  if (!state.exists) throw new OpsError(`project ${projectId} not found`);
+  if (!state.exists) throw new OpsError(`project ${quoted(projectId)} not found`);
   return state;
 }
 
@@ -40,7 +40,7 @@ export function projectCommands(program: Command): void {
       if (!opts.name.trim() || !tenant) throw new OpsError('--name and --tenant must not be empty');
       validateAsApi(CreateProjectBody, { name: opts.name }, { name: '--name' });
       const name = nameOption(opts.name, MAX_PROJECT_NAME);
-      await withStores(async ({ events }) => {
+      await withEventLog(async (events) => {
         const projectId = randomUUID();
         const result = await new CommandBus(events).handle(projectStream(projectId), projectDecider,
           { type: 'CreateProject', data: { project_id: projectId, tenant_id: tenant, name } },

@@ -6,10 +6,10 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { InvalidArgumentError } from 'commander';
 import type { RequestMeta } from '../commands/bus.js';
-import { loadConfig } from '../infra/config.js';
+import { loadConfig, type Config } from '../infra/config.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { ReadStore } from '../infra/readstore/port.js';
-import { closeStores, openStores } from '../infra/stores.js';
+import { closeStores, openEventStore, openStores } from '../infra/stores.js';
 
 /**
  * An operator mistake (unknown name, missing project…), an interruption, or what a script must act on (a failing
@@ -45,19 +45,39 @@ export interface Stores {
 }
 
 /**
- * Opens the same stores as the server (DATA_DIR / EVENTSTORE_URL / MONGODB_URL) for one command, and closes them.
- * Only `create` (bootstrapping a new data dir) may start an embedded log: anywhere else a DATA_DIR without one
- * is a mistyped path, which would otherwise show an empty log and leave new files behind.
+ * The server's configuration for one command. Only `create` (bootstrapping a new data dir) may start an embedded
+ * log: anywhere else a DATA_DIR without one is a mistyped path, which would otherwise show an empty log and leave
+ * new files behind.
  */
-export async function withStores<T>(fn: (stores: Stores) => Promise<T>, options: { create?: boolean } = {}): Promise<T> {
+function storesConfig(options: { create?: boolean }): Config {
   const config = loadConfig();
   if (!config.eventStoreUrl && !options.create) requireEventLog(config.dataDir);
-  // Most commands only read the log: its writer thread starts only for one that appends.
-  const stores = await openStores(config, { appends: false });
+  return config;
+}
+
+/**
+ * Opens the same stores as the server (DATA_DIR / EVENTSTORE_URL / MONGODB_URL) for one command, and closes them.
+ * Most commands only read the log: its writer thread starts only for one that appends.
+ */
+export async function withStores<T>(fn: (stores: Stores) => Promise<T>, options: { create?: boolean } = {}): Promise<T> {
+  const stores = await openStores(storesConfig(options), { appends: false });
   try {
     return await fn(stores);
   } finally {
     await closeStores(stores);
+  }
+}
+
+/**
+ * As withStores, for commands that need the event log only: they keep working while the read store is
+ * unreachable or damaged (a MongoDB outage), which is when an operator needs to look at the log.
+ */
+export async function withEventLog<T>(fn: (events: EventStore) => Promise<T>, options: { create?: boolean } = {}): Promise<T> {
+  const events = await openEventStore(storesConfig(options), { appends: false });
+  try {
+    return await fn(events);
+  } finally {
+    await events.close();
   }
 }
 
@@ -112,10 +132,14 @@ export function positiveInt(raw: string): number {
   return integerAtLeast(raw, 1, 'expected a positive integer');
 }
 
-/** One message per option, whatever is wrong with the value: `--limit -1` must not suggest that 0 would do. */
+/**
+ * One message per option whatever is wrong with the value (`--limit -1` must not suggest that 0 would do), but a
+ * value too large to hold exactly is named as such: it is a positive integer.
+ */
 function integerAtLeast(raw: string, min: number, expected: string): number {
   const value = Number(raw);
-  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value) || value < min) throw new InvalidArgumentError(expected);
+  if (!/^\d+$/.test(raw) || value < min) throw new InvalidArgumentError(expected);
+  if (!Number.isSafeInteger(value)) throw new InvalidArgumentError(`expected at most ${Number.MAX_SAFE_INTEGER}`);
   return value;
 }
 

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { RecordedEvent } from '../infra/eventstore/port.js';
-import { count, notice, printJson, printTable } from './output.js';
-import { nonNegativeInt, OpsError, positiveInt, withStores } from './runtime.js';
+import { count, notice, printJson, printTable, quoted, shellWord } from './output.js';
+import { nonNegativeInt, OpsError, positiveInt, withEventLog } from './runtime.js';
 
 /**
  * What operators see of an event: the envelope with its id, who caused it (correlation_id and actor for the
@@ -29,11 +29,12 @@ export function streamCommands(program: Command): void {
     .option('--limit <n>', 'at most this many streams', positiveInt, 100)
     .option('--after <name>', 'start after this stream name (the last name of the previous page)')
     .option('--json', 'print JSON')
-    .action(async (opts: { prefix?: string; limit: number; after?: string; json?: boolean }) => withStores(async ({ events }) => {
+    .action(async (opts: { prefix?: string; limit: number; after?: string; json?: boolean }) => withEventLog(async (events) => {
       const streams = await events.listStreams({ prefix: opts.prefix, limit: opts.limit, after: opts.after });
-      if (opts.json) return printJson(streams);
-      printTable(streams, ['stream', 'revision', 'event_count', 'last_position', 'updated_at']);
-      if (streams.length === opts.limit) notice(`more may follow: --after ${streams.at(-1)!.stream}`);
+      if (opts.json) printJson(streams);
+      else printTable(streams, ['stream', 'revision', 'event_count', 'last_position', 'updated_at']);
+      // With --json too (stderr keeps stdout a JSON document): a script must not take a page for the whole list.
+      if (streams.length === opts.limit) notice(`more may follow: --after ${shellWord(streams.at(-1)!.stream)}`);
     }));
 
   program.command('stream').description('inspect one stream')
@@ -42,12 +43,12 @@ export function streamCommands(program: Command): void {
     .option('--from <revision>', 'first revision to show', nonNegativeInt, 0)
     .option('--limit <n>', 'at most this many events', positiveInt, 100)
     .option('--json', 'print JSON')
-    .action(async (name: string, opts: { from: number; limit: number; json?: boolean }) => withStores(async ({ events }) => {
+    .action(async (name: string, opts: { from: number; limit: number; json?: boolean }) => withEventLog(async (events) => {
       const info = await events.streamInfo(name);
-      if (!info) throw new OpsError(`stream ${name} not found`);
+      if (!info) throw new OpsError(`stream ${quoted(name)} not found`);
       const page = (await events.readStream(name, { fromRevision: opts.from, limit: opts.limit })).map(eventView);
-      if (opts.json) return printJson(page);
-      printTable(page, ['position', 'revision', 'type', 'recorded_at', 'correlation_id', 'actor', 'data']);
+      if (opts.json) printJson(page);
+      else printTable(page, ['position', 'revision', 'type', 'recorded_at', 'correlation_id', 'actor', 'data']);
       const last = page.at(-1)?.revision ?? opts.from - 1;
       if (last < info.revision) notice(`${count(info.revision - last, 'more event')}: --from ${last + 1}`);
     }));

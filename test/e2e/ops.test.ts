@@ -1,7 +1,7 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -131,7 +131,8 @@ t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild st
 });
 
 t.test('a mistyped option value fails before anything runs, naming what is expected', async (t) => {
-  const runs = await Promise.all([
+  const [huge, ...runs] = await Promise.all([
+    ops('stream', 'show', 'project-x', '--from', '99999999999999999'),
     ops('streams', 'list', '--limit', '-1'),
     ops('stream', 'show', 'project-x', '--limit', '-5'),
     ops('events', 'tail', '--count', '-1'),
@@ -142,6 +143,9 @@ t.test('a mistyped option value fails before anything runs, naming what is expec
     // Not "a non-negative integer": 0 is refused too.
     t.match(run.stderr, /argument '-\d' is invalid\. expected a positive integer\n/);
   }
+  // It is a non-negative integer: the message says what is wrong with it instead.
+  t.equal(huge.code, 1);
+  t.match(huge.stderr, /^error: option '--from <revision>' argument '99999999999999999' is invalid\. expected at most 9007199254740991\n/);
   // An unset shell variable or a stray comma names nothing: `events tail` must not follow every event instead.
   const lists = [['events', 'tail', '--type', '', '--from', '0', '--count', '1'], ['events', 'tail', '--type', ' , ', '--from', '0', '--count', '1'],
     ['keys', 'create', '--project', randomUUID(), '--scopes', '']];
@@ -172,6 +176,57 @@ t.test('event data cannot send control sequences to the terminal of an operator 
     t.match(run.stdout, String.raw`ok\u009b2J\u009b1Ahidden\u007f\u001b[31mred`, 'each shown as its escape');
   }
   t.equal(JSON.parse(json.stdout)[0].data.text, text, '--json keeps the data exactly');
+});
+
+t.test('commands that only read or append events work while the read store cannot be opened', async (t) => {
+  // A damaged readmodels.db, as a MongoDB outage would be: the log is what an operator looks at then.
+  const dir = { DATA_DIR: join(dataDir, 'reads-down') };
+  await mkdir(dir.DATA_DIR);
+  await writeFile(join(dir.DATA_DIR, 'readmodels.db'), 'not a database '.repeat(100));
+  const created = await start(['projects', 'create', '--name', 'Down', '--tenant', 't', '--json'], dir).done;
+  t.equal(created.code, 0, created.stderr);
+  const { project_id: projectId } = JSON.parse(created.stdout) as { project_id: string };
+  const key = await start(['keys', 'create', '--project', projectId], dir).done;
+  t.equal(key.code, 0, key.stderr);
+  t.match(key.stdout, /^sk_/);
+  const [streams, shown, tailed] = await Promise.all([['streams', 'list', '--json'], ['stream', 'show', `project-${projectId}`, '--json'],
+    ['events', 'tail', '--from', '0', '--count', '1', '--json']].map((args) => start(args, dir).done));
+  for (const run of [streams, shown, tailed]) t.equal(run!.code, 0, run!.stderr);
+  t.equal((JSON.parse(streams!.stdout) as unknown[]).length, 2, 'the project and its key');
+  t.match(JSON.parse(shown!.stdout), [{ type: 'ProjectCreated' }]);
+  t.match(JSON.parse(tailed!.stdout), { position: 1, type: 'ProjectCreated' });
+  // What needs the read models still says why it cannot run.
+  const status = await start(['projections', 'status'], dir).done;
+  t.equal(status.code, 1);
+  t.match(status.stderr, /not a database/);
+});
+
+t.test('a page says on stderr that more follow, with --json too, and names the next stream so that it can be pasted', async (t) => {
+  const dir = { DATA_DIR: join(dataDir, 'odd-names') };
+  const writer = new EmbeddedEventStore(join(dir.DATA_DIR, 'events.db'));
+  const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() };
+  // Names other writers of an EventStoreDB may use: a shell would split, expand or act on them, a terminal on the ESC.
+  const names = ["a$b c'd", 'b\u001b[2J', 'c-plain/1.2'];
+  for (const name of names) {
+    await writer.append(name, [0, 1].map((i) => ({ id: randomUUID(), type: 'OpsTestPinged', data: { i }, metadata })), 'no_stream');
+  }
+  await writer.close();
+  const pages = await Promise.all([...names.map((_, i) => ['streams', 'list', '--limit', '1', ...(i > 0 ? ['--after', names[i - 1]!] : [])]),
+    ['streams', 'list', '--limit', '1', '--json'], ['stream', 'show', names[0]!, '--limit', '1', '--json'], ['stream', 'show', '']]
+    .map((args) => start(args, dir).done));
+  const hints = pages.slice(0, names.length).map((run) => run.stderr.match(/^more may follow: --after (.*)\n$/)?.[1]);
+  t.same(hints.slice(0, 2), [`'a$b c'\\''d'`, String.raw`$'b\u001b[2J'`], 'quoted for a shell; the ESC as an escape');
+  t.equal(hints[2], 'c-plain/1.2', 'a plain name as it is');
+  for (const [i, hint] of hints.entries()) {
+    t.equal(spawnSync('bash', ['-c', `printf %s ${hint}`], { encoding: 'utf8' }).stdout, names[i], `${hint} pastes as the name`);
+  }
+  const [streams, events, missing] = pages.slice(names.length);
+  t.equal(JSON.parse(streams!.stdout).length, 1, 'stdout holds the page as JSON');
+  t.equal(streams!.stderr, `more may follow: --after ${hints[0]}\n`);
+  t.equal(JSON.parse(events!.stdout).length, 1);
+  t.equal(events!.stderr, '1 more event: --from 1\n');
+  t.equal(missing!.code, 1);
+  t.equal(missing!.stderr, 'error: stream "" not found\n', 'an empty name shows');
 });
 
 t.test('operator workflow on one data dir', async (t) => {
