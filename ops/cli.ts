@@ -12,9 +12,16 @@ import { projectionCommands } from './projections.js';
 import { brokenPipeMessage } from './output.js';
 import { OpsError } from './runtime.js';
 import { streamCommands } from './streams.js';
+import { readFileSync } from 'node:fs';
+
+/** package.json's version: the tools and the server they operate on are released together. */
+function packageVersion(): string {
+  return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+}
 
 const program = new Command('ops')
   .description('Cairn operator tools: inspect the event log and read models, rebuild projections, bootstrap projects and keys, back up the embedded stores')
+  .version(packageVersion(), '-V, --version', 'print the version of Cairn these tools belong to')
   .showHelpAfterError('(add --help for usage)')
   .exitOverride();
 

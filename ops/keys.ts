@@ -48,7 +48,7 @@ export function keyCommands(program: Command): void {
         const lost = `key ${keyId} was created for project ${projectId} but could not be printed (its reader went away); `
           + `revoke it (DELETE /api/v1/projects/${projectId}/keys/${keyId}) and create another`;
         if (opts.json) {
-          const created = { key, key_id: keyId, project_id: data.project_id, key_prefix: prefix, scopes: data.scopes, expires_at: data.expires_at, position: result.position };
+          const created = { key, key_id: keyId, project_id: data.project_id, tenant_id: data.tenant_id, name, key_prefix: prefix, scopes: data.scopes, expires_at: data.expires_at, position: result.position };
           await writeSecret(`${JSON.stringify(created, null, 2)}\n`, lost);
         } else {
           await writeSecret(`${key}\n`, lost);

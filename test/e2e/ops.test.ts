@@ -1,6 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -63,6 +63,8 @@ t.test('--help works for every command', async (t) => {
     t.equal(run.code, 0, `${commands[i]!.join(' ')} --help exits 0`);
     t.match(run.stdout, `Usage: ops ${commands[i]!.join(' ')}`.trim());
   });
+  const version = await ops('--version');
+  t.same([version.code, version.stdout], [0, `${JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')).version}\n`], '--version prints package.json\'s');
   // A broken server setting must not take --help down with it.
   const broken = await start(['projections', 'rebuild', '--help'], { PORT: 'abc', EMBEDDINGS_PROVIDER: 'nope' }).done;
   t.equal(broken.code, 0, broken.stderr);
@@ -270,8 +272,9 @@ t.test('operator workflow on one data dir', async (t) => {
   await t.test('keys create --json with an expiry', async (t) => {
     const expires = new Date(Date.now() + 86_400_000).toISOString();
     const created = await opsJson<{ key: string; scopes: string[]; expires_at: string }>(
-      'keys', 'create', '--project', project.project_id, '--expires-at', expires, '--json');
-    t.match(created, { key: /^sk_/, scopes: ['*'], expires_at: expires });
+      'keys', 'create', '--project', project.project_id, '--name', 'deploy', '--expires-at', expires, '--json');
+    // The same facts as projects create --json (and the API's creation answer): whose key, under which name.
+    t.match(created, { key: /^sk_/, scopes: ['*'], expires_at: expires, name: 'deploy', project_id: project.project_id, tenant_id: project.tenant_id });
   });
 
   await t.test('keys create and projects create take only what the API would', async (t) => {
