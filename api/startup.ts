@@ -1,4 +1,6 @@
+import { basename } from 'node:path';
 import type { Config } from '../infra/config.js';
+import { storeFileOf } from '../infra/stores.js';
 import { ReadModelsAheadError } from '../projections/ahead.js';
 
 type SystemError = Error & { code?: string; syscall?: string; path?: string; address?: string; port?: number };
@@ -24,11 +26,12 @@ export function startupProblem(error: unknown, config: Pick<Config, 'host' | 'po
   if (path !== undefined && ['EACCES', 'EPERM', 'EROFS', 'ENOTDIR', 'ENOSPC', 'EEXIST'].includes(code ?? '')) {
     return `DATA_DIR ${config.dataDir}: ${syscall ?? 'access'} '${path}' failed: ${error.message.replace(/^[A-Z]+: /, '').split(',')[0]} (${code})`;
   }
+  const file = storeFileOf(error);
   if (code === 'SQLITE_NOTADB' || code === 'SQLITE_CORRUPT') {
-    return `DATA_DIR ${config.dataDir}: events.db or readmodels.db is not a SQLite database or is damaged (${code}: ${error.message})`;
+    return `DATA_DIR ${config.dataDir}: ${file ? basename(file) : 'events.db or readmodels.db'} is not a SQLite database or is damaged (${code}: ${error.message})`;
   }
   if (code === 'SQLITE_CANTOPEN' || code === 'SQLITE_READONLY' || code === 'SQLITE_PERM') {
-    return `DATA_DIR ${config.dataDir}: the embedded stores cannot be opened for writing (${code}: ${error.message}); check its permissions`;
+    return `DATA_DIR ${config.dataDir}: ${file ? basename(file) : 'the embedded stores'} cannot be opened for writing (${code}: ${error.message}); check its permissions`;
   }
   return undefined;
 }

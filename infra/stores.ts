@@ -19,7 +19,7 @@ export async function openStores(
   try {
     const reads = config.mongodbUrl
       ? await (await import('./readstore/mongo.js')).MongoReadStore.connect(config.mongodbUrl, config.mongodbDb)
-      : new EmbeddedReadStore(join(config.dataDir, 'readmodels.db'), { checkpointer: options.checkpointer ?? true });
+      : naming(join(config.dataDir, 'readmodels.db'), (file) => new EmbeddedReadStore(file, { checkpointer: options.checkpointer ?? true }));
     return { events, reads };
   } catch (error) {
     // An unusable read store (a damaged file, MongoDB unreachable) leaves no log open behind it (its writer thread).
@@ -37,8 +37,28 @@ export async function openEventStore(
     const { EsdbEventStore } = await import('./eventstore/esdb.js');
     return new EsdbEventStore(config.eventStoreUrl, { timeoutMs: config.eventStoreTimeoutMs });
   }
-  return new EmbeddedEventStore(join(config.dataDir, 'events.db'), { appends: options.appends ?? true });
+  return naming(join(config.dataDir, 'events.db'), (file) => new EmbeddedEventStore(file, { appends: options.appends ?? true }));
 }
+
+/**
+ * Opens an embedded store file. SQLite's errors name no file ("file is not a database"): one raised while opening
+ * gets the file as `file`, so that the server's start and the operator tools can say which of the two it is.
+ */
+function naming<T>(file: string, open: (file: string) => T): T {
+  try {
+    return open(file);
+  } catch (error) {
+    const code = (error as { code?: unknown } | null)?.code;
+    if (typeof code === 'string' && code.startsWith('SQLITE_')) Object.assign(error as object, { file });
+    throw error;
+  }
+}
+
+/** The store file an error was raised opening (see naming), if any. */
+export const storeFileOf = (error: unknown): string | undefined => {
+  const file = (error as { file?: unknown } | null)?.file;
+  return typeof file === 'string' ? file : undefined;
+};
 
 /** Closes both stores, each whatever the other does (a failed start, the end of an operator command). */
 export async function closeStores({ events, reads }: { events: EventStore; reads: ReadStore }): Promise<void> {

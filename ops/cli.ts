@@ -12,6 +12,7 @@ import { projectionCommands } from './projections.js';
 import { brokenPipeMessage } from './output.js';
 import { OpsError } from './runtime.js';
 import { streamCommands } from './streams.js';
+import { storeFileOf } from '../infra/stores.js';
 import { readFileSync } from 'node:fs';
 
 /** package.json's version: the tools and the server they operate on are released together. */
@@ -47,7 +48,9 @@ try {
     // Commander already printed its message (or the help/version it was asked for).
     process.exitCode = error.exitCode;
   } else {
-    process.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
+    // A store file SQLite cannot use is named: its message alone ("file is not a database") does not say which.
+    const file = storeFileOf(error);
+    process.stderr.write(`error: ${file ? `${file}: ` : ''}${error instanceof Error ? error.message : String(error)}\n`);
     process.exitCode = error instanceof OpsError ? error.exitCode : 1;
   }
 }

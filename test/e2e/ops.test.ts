@@ -200,7 +200,7 @@ t.test('commands that only read or append events work while the read store canno
   // What needs the read models still says why it cannot run.
   const status = await start(['projections', 'status'], dir).done;
   t.equal(status.code, 1);
-  t.match(status.stderr, /not a database/);
+  t.equal(status.stderr, `error: ${join(dir.DATA_DIR, 'readmodels.db')}: file is not a database\n`, 'naming the file');
 });
 
 t.test('a page says on stderr that more follow, with --json too, and names the next stream so that it can be pasted', async (t) => {

@@ -46,6 +46,6 @@ t.test('what an operator can act on is one line on stderr and exit code 1, not a
     writeFileSync(join(dir, damaged), 'this is text, not a SQLite database; '.repeat(200));
     const notDb = await start({ DATA_DIR: dir });
     t.equal(notDb.code, 1, `${damaged} not a database: exit code 1`);
-    t.equal(notDb.stderr, `cairn: cannot start: DATA_DIR ${dir}: events.db or readmodels.db is not a SQLite database or is damaged (SQLITE_NOTADB: file is not a database)\n`);
+    t.equal(notDb.stderr, `cairn: cannot start: DATA_DIR ${dir}: ${damaged} is not a SQLite database or is damaged (SQLITE_NOTADB: file is not a database)\n`, 'naming the file');
   }
 });
