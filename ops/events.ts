@@ -1,5 +1,7 @@
 import type { Command } from 'commander';
-import { jsonLine, printable, writeOut } from './output.js';
+import { EVENT_TYPES } from '../domain/event-types.js';
+import type { EventStore } from '../infra/eventstore/port.js';
+import { jsonLine, notice, printable, quoted, writeOut } from './output.js';
 import { commaList, nonNegativeInt, positiveInt, withEventLog } from './runtime.js';
 import { eventView } from './streams.js';
 
@@ -17,15 +19,50 @@ export function eventCommands(program: Command): void {
       try {
         const from = opts.from ?? (await events.headPosition());
         const filter = opts.type?.length ? { types: opts.type } : undefined;
+        const note = filter && (await unseenTypesNote(events, filter.types));
+        if (note) notice(`note: ${note}`);
         let seen = 0;
         for await (const event of events.subscribeToAll(from, { filter, signal: abort.signal })) {
           const view = eventView(event);
           await writeOut(opts.json ? jsonLine(view)
-            : `${printable(`${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${JSON.stringify(view.data)}`)}\n`);
+            : `${printable(`${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${JSON.stringify(view.data)}`)}\n`, abort.signal);
           if (opts.count !== undefined && ++seen >= opts.count) break;
         }
+      } catch (error) {
+        // Ctrl-C while a reader that stopped reading held the output back: a stop like any other.
+        if (!(abort.signal.aborted && error instanceof Error && error.name === 'AbortError')) throw error;
       } finally {
         process.off('SIGINT', stop);
       }
     }));
+}
+
+/**
+ * What `--type` names that no event has shown yet (a typo, `MemoryStore` for `MemoryStored`) get on stderr before
+ * the tail waits, as it still does: a new deployment may wait for its first event of a type. The embedded log says
+ * whether a type has appeared from its (type, position) index, one type at a time (SQLite sorts every match of
+ * several). On EventStoreDB a filtered read of $all for an absent type scans the whole log: there the types this
+ * version of Cairn writes stand in for those that appeared.
+ */
+async function unseenTypesNote(events: EventStore, types: string[]): Promise<string | undefined> {
+  if (events.kind !== 'embedded') return unwrittenTypesNote(types);
+  for (const type of types) {
+    if ((await events.readAll(0, { limit: 1, filter: { types: [type] } })).length > 0) return undefined;
+  }
+  return `no event of type ${alternatives(types)} in the log yet; waiting${knownTypes(types)}`;
+}
+
+/** The note where the log is not asked (EventStoreDB): only when none of `types` is one Cairn writes. */
+export function unwrittenTypesNote(types: string[]): string | undefined {
+  if (types.some((type) => EVENT_TYPES.includes(type))) return undefined;
+  return `this version of Cairn writes no event of type ${alternatives(types)}; waiting${knownTypes(types)}`;
+}
+
+/** The list to find a near-miss in, when a name is not one Cairn writes (events of other writers may still come). */
+function knownTypes(types: string[]): string {
+  return types.every((type) => EVENT_TYPES.includes(type)) ? '' : ` (known types: ${EVENT_TYPES.join(', ')})`;
+}
+
+function alternatives(types: string[]): string {
+  return types.map(quoted).join(' or ');
 }

@@ -13,9 +13,11 @@ export function jsonLine(value: unknown): string {
 /**
  * For long outputs (`events tail` catching up with a large log): waits while a piped reader is behind, and
  * otherwise gives the event loop a turn, so that Ctrl-C is handled and unread output does not pile up in memory.
+ * (A pipe is written asynchronously on POSIX: a reader that stopped reading leaves the event loop free.) `signal`
+ * ends the wait for a reader that may never read again, rejecting with an AbortError.
  */
-export async function writeOut(text: string): Promise<void> {
-  if (!process.stdout.write(text)) await once(process.stdout, 'drain');
+export async function writeOut(text: string, signal?: AbortSignal): Promise<void> {
+  if (!process.stdout.write(text)) await once(process.stdout, 'drain', { signal });
   else await new Promise((resolve) => setImmediate(resolve));
 }
 

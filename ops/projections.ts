@@ -72,9 +72,10 @@ export function projectionCommands(program: Command): void {
           : undefined;
         let applied = 0;
         const started = Date.now();
+        // The head as the total from the start: a total of 0 draws a full bar (0/0) until the first batch.
+        bar?.start(await events.headPosition(), 0, { applied });
         // A stop signal ends the rebuild between batches and drops its unfinished generation.
         const stop = stopOnSignals(`rebuild of ${name} interrupted; the live generation is unchanged`);
-        bar?.start(0, 0, { applied });
         const checkpoint = await rebuildProjection(events, reads, projection, (p) => {
           applied = p.applied;
           bar?.setTotal(p.head);

@@ -4,8 +4,10 @@ import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
+import { EVENT_TYPES } from '../../domain/event-types.js';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { loadConfig } from '../../infra/config.js';
@@ -89,7 +91,7 @@ t.test('a DATA_DIR without an event log (a mistyped path) is refused, and left a
   t.notOk(existsSync(missing), 'a refused name creates no log');
 });
 
-t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild stops (SIGTERM and SIGHUP too) and leaves nothing behind', async (t) => {
+t.test('Ctrl-C on a large log: events tail stops while catching up and while its reader stalls, a rebuild stops (SIGTERM and SIGHUP too) and leaves nothing behind', async (t) => {
   const bigDir = join(dataDir, 'big');
   const total = 100_000;
   const writer = new EmbeddedEventStore(join(bigDir, 'events.db'));
@@ -106,6 +108,29 @@ t.test('Ctrl-C on a large log: events tail stops while catching up, a rebuild st
   t.equal(tailed.code, 0, tailed.stderr);
   const lines = tailed.stdout.split('\n').filter(Boolean).length;
   t.ok(lines < total / 2, `stopped after ${lines} of ${total} events`);
+
+  // A reader that stopped reading (`| less` left at its first page): the tail waits for the pipe to drain, and one
+  // Ctrl-C must end that wait too. (Node writes a pipe asynchronously on Linux, so the tail's handler can run.)
+  const stalled = spawn(process.execPath, ['--import', 'tsx', 'ops/cli.ts', 'events', 'tail', '--from', '0', '--json'],
+    { cwd: root, env: { ...env, ...big }, stdio: ['ignore', 'pipe', 'pipe'] });
+  t.teardown(() => { stalled.kill('SIGKILL'); });
+  let stalledErr = '';
+  stalled.stderr.on('data', (d: Buffer) => { stalledErr += d.toString(); });
+  const exited = new Promise<number | null>((resolve) => stalled.on('close', resolve));
+  // Never read: our side of the pipe takes in its high-water mark by itself, then leaves the rest in the pipe.
+  await new Promise<void>((resolve) => {
+    const poll = setInterval(() => {
+      if (stalled.stdout.readableLength < stalled.stdout.readableHighWaterMark && stalled.exitCode === null) return;
+      clearInterval(poll);
+      resolve();
+    }, 10);
+  });
+  // The tail fills the pipe (64 KiB) and its own buffer in a few ms from there (25 MB of events to print).
+  await sleep(500);
+  stalled.kill('SIGINT');
+  const code = await Promise.race([exited, sleep(10_000, undefined, { ref: false }).then(() => 'still running 10 s after Ctrl-C')]);
+  t.equal(code, 0, stalledErr);
+  t.equal(stalledErr, '');
 
   const reads = new EmbeddedReadStore(join(bigDir, 'readmodels.db'));
   t.teardown(() => reads.close());
@@ -201,6 +226,55 @@ t.test('commands that only read or append events work while the read store canno
   const status = await start(['projections', 'status'], dir).done;
   t.equal(status.code, 1);
   t.equal(status.stderr, `error: ${join(dir.DATA_DIR, 'readmodels.db')}: file is not a database\n`, 'naming the file');
+});
+
+t.test('events tail --type: a type no event has shown yet (a typo) is named once on stderr, and the tail waits for it', async (t) => {
+  const dir = { DATA_DIR: join(dataDir, 'tail-types') };
+  const writer = new EmbeddedEventStore(join(dir.DATA_DIR, 'events.db'));
+  t.teardown(() => writer.close());
+  const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() };
+  await writer.append('ops-types', [{ id: randomUUID(), type: 'MemoryStored', data: {}, metadata }], 'no_stream');
+  // Bounded: a tail that says nothing would otherwise hold the test until the file's timeout.
+  const firstLine = (run: ReturnType<typeof start>, on: 'stdout' | 'stderr') => Promise.race([sleep(15_000, undefined, { ref: false }), new Promise<void>((resolve) => {
+    const check = () => { if (run.out[on].includes('\n')) { run.child[on].off('data', check); resolve(); } };
+    run.child[on].on('data', check);
+    check();
+  })]);
+  // A typo, and a type Cairn writes that this log has not seen yet (a new deployment waits for its first one).
+  const [typo, fresh] = [['MemoryStore'], ['AgentCreated,ApiKeyCreated']].map((types) => start(['events', 'tail', '--type', ...types, '--from', '0', '--json'], dir));
+  const present = await start(['events', 'tail', '--type', 'MemoryStore,MemoryStored', '--from', '0', '--count', '1', '--json'], dir).done;
+  t.equal(present.code, 0, present.stderr);
+  t.equal(present.stderr, '', 'nothing to say when one of the types has appeared');
+  t.match(JSON.parse(present.stdout), { type: 'MemoryStored' });
+
+  await Promise.all([firstLine(typo!, 'stderr'), firstLine(fresh!, 'stderr')]);
+  t.equal(typo!.out.stderr, `note: no event of type "MemoryStore" in the log yet; waiting (known types: ${EVENT_TYPES.join(', ')})\n`);
+  t.match(typo!.out.stderr, /[ (]MemoryStored,/, 'the near-miss is in the list');
+  t.equal(fresh!.out.stderr, 'note: no event of type "AgentCreated" or "ApiKeyCreated" in the log yet; waiting\n', 'no list: both are known');
+  // It still waits, and says nothing more.
+  const appended = await writer.append('ops-types', [{ id: randomUUID(), type: 'MemoryStore', data: {}, metadata }], 0);
+  await firstLine(typo!, 'stdout');
+  for (const run of [typo!, fresh!]) run.child.kill('SIGINT');
+  const [typed, waited] = await Promise.all([typo!.done, fresh!.done]);
+  t.equal(typed.code, 0);
+  t.match(JSON.parse(typed.stdout), { position: appended.position, type: 'MemoryStore' });
+  t.equal(typed.stderr.split('\n').length, 2, 'the note, once');
+  t.same([waited.code, waited.stdout], [0, '']);
+});
+
+t.test('projections rebuild: the progress bar counts to the log\'s head from its first frame', async (t) => {
+  const dir = join(dataDir, 'progress');
+  const writer = new EmbeddedEventStore(join(dir, 'events.db'));
+  const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() };
+  await writer.append('ops-progress', Array.from({ length: 5 }, (_, i) => ({ id: randomUUID(), type: 'OpsTestPinged', data: { i }, metadata })), 'no_stream');
+  await writer.close();
+  // The bar is drawn on a terminal only: `script` (util-linux) gives the CLI one.
+  const run = spawnSync('script', ['-qec', `'${process.execPath}' --import tsx ops/cli.ts projections rebuild projects`, '/dev/null'],
+    { cwd: root, env: { ...env, DATA_DIR: dir }, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  t.equal(run.status, 0, JSON.stringify(run.stdout + run.stderr));
+  const frames = [...run.stdout.matchAll(/(\d+)\/(\d+) positions/g)].map((m) => `${m[1]}/${m[2]}`);
+  t.equal(frames[0], '0/5', 'the first frame: nothing done of the whole log, not a full 0/0 bar');
+  t.equal(frames.at(-1), '5/5');
 });
 
 t.test('a page says on stderr that more follow, with --json too, and names the next stream so that it can be pasted', async (t) => {
