@@ -1,6 +1,7 @@
 import Router, { type RouterMiddleware } from '@koa/router';
 import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage } from 'node:http';
+import { Readable } from 'node:stream';
 import type Koa from 'koa';
 import { HttpMethodEnum, koaBody } from 'koa-body';
 import type { Static, TSchema } from 'typebox';
@@ -38,6 +39,14 @@ export interface Call<P, Q, B> {
 export interface Reply {
   status?: number;
   body?: unknown;
+  /**
+   * Instead of `body`, for answers too large to hold: JSON text in chunks, sent as they come (chunked, no
+   * Content-Length) and asked for one chunk ahead of what the connection has taken. The status line is sent
+   * with the first chunk, so a stream that fails later cannot become a problem response: the connection is
+   * destroyed (Koa pipes the body with stream.pipeline), and the client sees an incomplete answer, never
+   * complete-looking JSON.
+   */
+  stream?: AsyncIterable<string>;
   /** Log position of the command's last event: sent as X-Event-Position. */
   position?: number;
   headers?: Record<string, string>;
@@ -134,7 +143,8 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
       if (ctx.status === 204) return;
       // Serialised here so scalar JSON values (a config value "abc", 42, null) are sent as JSON too.
       ctx.type = 'application/json';
-      ctx.body = JSON.stringify(reply.body ?? null);
+      if (reply.stream) ctx.body = Readable.from(reply.stream, { highWaterMark: 1 });
+      else ctx.body = JSON.stringify(reply.body ?? null);
     };
     const handler: RouterMiddleware = async (ctx) => {
       try {

@@ -7,13 +7,13 @@ import {
 import type { Logger } from '../../infra/logger.js';
 import type { ChatProvider } from '../../infra/providers/chat.js';
 import { ProviderError } from '../../infra/providers/http.js';
-import type { ReadStore, Stored } from '../../infra/readstore/port.js';
+import type { ReadStore } from '../../infra/readstore/port.js';
 import { MEMORIES, MEMORIES_PROJECTION, memoryDocId, type MemoryDoc } from '../../projections/memory/memories.js';
 import { PERSONALITY_PROJECTION } from '../../projections/memory/personality.js';
-import { decodeVector, VECTORS, VECTORS_PROJECTION, type VectorDoc } from '../../projections/memory/vectors.js';
 import { ProblemError, type ProblemFieldError } from '../http/problem.js';
 import { route, type RouteDef } from '../http/routes.js';
 import { byteLimit, check, nonBlank, wellFormed } from '../http/validation.js';
+import { exportScope } from './export.js';
 import { parseFacts, UnparseableFactsError } from './facts.js';
 import { chatMessages, extractionMessages } from './prompts.js';
 import { FUSION_DEPTH, toView, type Retrieval } from './retrieval.js';
@@ -270,47 +270,13 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'GET', path: '/v1/export', operationId: 'exportScope', tag: TAG, auth: ['owner'],
       summary: 'Every live memory of the scope with its vector, and the personality',
-      description: 'Live records only; deleted memories are never exported. A `vector` is always the embedding of the exported text (absent when embeddings are not configured or the provider refused that text). Contains personal data: treat it as private.',
+      description: 'Live records only, oldest first; deleted memories are never exported. A `vector` is always the embedding of the exported text (absent when embeddings are not configured or the provider refused that text). Contains personal data: treat it as private. Sees every write acknowledged before the request (waits up to CONSISTENCY_TIMEOUT_MS, else 503). Streamed (chunked, no Content-Length): the memories are read page by page as the client takes the answer, so a change made meanwhile may or may not show; no memory appears twice. A failure after the answer began closes the connection before the end of the document: a client sees an incomplete answer, never a shorter document that looks complete.',
       query: ScopeQuery, readModels: retrieval.allReadModels(),
       responses: { 200: { description: 'the scope\'s data', schema: ExportResponse } },
       errors: READ_ERRORS,
-      async handler({ query, signal }) {
-        const { agent, user } = query;
-        await retrieval.consistent(retrieval.allReadModels(), signal);
-        const vectors = new Map<string, Stored<VectorDoc>>();
-        if (retrieval.hasVectors) {
-          for (let cursor: string | undefined; ;) {
-            const page = await reads.find<VectorDoc>(VECTORS, { where: { agent, user }, limit: 10_000, cursor });
-            for (const v of page.items) vectors.set(v.memory_id, v);
-            if (!page.next_cursor) break;
-            cursor = page.next_cursor;
-          }
-        }
-        const docs: Array<Stored<MemoryDoc>> = [];
-        for (let cursor: string | undefined; ;) {
-          const page = await reads.find<MemoryDoc>(MEMORIES, { where: { agent, user }, sort: { field: 'created_at', order: 'asc' }, limit: 10_000, cursor });
-          docs.push(...page.items);
-          if (!page.next_cursor) break;
-          cursor = page.next_cursor;
-        }
-        // A vector belongs to the text it was computed from: both documents carry the position of the event
-        // that set the text. A memory changed after this request arrived can be ahead in `memories` (which
-        // needs no provider call): wait for its vector, and export none rather than an older text's.
-        const behind = retrieval.hasVectors ? docs.filter((doc) => vectors.get(doc.memory_id)?._position !== doc._position) : [];
-        if (behind.length > 0) {
-          await deps.waitFor([VECTORS_PROJECTION], behind.reduce((max, doc) => Math.max(max, doc._position), 0), signal);
-          for (const doc of behind) {
-            const v = await reads.get<VectorDoc>(VECTORS, doc.id);
-            if (v?._position === doc._position) vectors.set(doc.memory_id, v);
-            else vectors.delete(doc.memory_id);
-          }
-        }
-        const memories = docs.map((doc) => {
-          const v = vectors.get(doc.memory_id);
-          return { ...toView(doc), ...(v ? { vector: Array.from(decodeVector(v.vector, v.dim), (x) => Number(x.toPrecision(9))), vector_model: v.model } : {}) };
-        });
-        const personality = await retrieval.personality({ agent, user });
-        return { body: { scope: { agent, user }, personality: personality?.personality ?? '', memories } };
+      async handler(call) {
+        const { agent, user } = call.query;
+        return { stream: await exportScope({ reads, retrieval, waitFor: deps.waitFor }, { agent, user }, call) };
       },
     }),
     route({

@@ -1,0 +1,142 @@
+import { randomUUID as uuid } from 'node:crypto';
+import http, { type IncomingMessage } from 'node:http';
+import t from 'tap';
+import { EXPORT_CHUNK, EXPORT_READ_PAGE } from '../../api/memory/export.js';
+import { memoryIdFor, memoryStream } from '../../domain/memory/decider.js';
+import type { NewEvent } from '../../infra/eventstore/port.js';
+import { LOCAL_EMBEDDING_MODEL, LocalHashEmbedder } from '../../infra/providers/embeddings.js';
+import { startTestCairn, type TestCairn } from '../support/cairn.js';
+import { capturingLogger } from '../support/logs.js';
+
+/**
+ * GET /v1/export of scopes larger than one read page, sent as it is read: the same JSON as the whole answer
+ * made at once, pages read as the client takes the answer, and a failure after the answer began cuts it.
+ */
+
+type Scope = { agent: string; user: string };
+type Exported = { id: string; text: string; session: string | null; created_at: string; updated_at: string; vector?: number[]; vector_model?: string };
+
+const q = (scope: Scope) => `agent=${scope.agent}&user=${scope.user}`;
+/** About 1 KB a text, so the export is much larger than what sockets and the server buffer ahead of a paused client. */
+const textOf = (i: number, words = 120) => `memory ${i}: ${Array.from({ length: words }, (_, k) => `w${(i * 31 + k * 7) % 997}`).join(' ')}`;
+
+/**
+ * Appends `count` MemoryStored events (oldest first, one millisecond apart, an hour ago) and waits for the
+ * read models: much faster than as many POST /v1/memories. Returns the memories as the export shows them.
+ */
+async function seed(app: TestCairn, scope: Scope, count: number, options: { words?: number; vectors?: boolean } = {}): Promise<Exported[]> {
+  const start = Date.now() - 3_600_000;
+  const memories: Exported[] = [];
+  for (let at = 0; at < count; at += 1000) {
+    const batch: NewEvent[] = [];
+    for (let i = at; i < Math.min(count, at + 1000); i++) {
+      const text = textOf(i, options.words);
+      const created = new Date(start + i).toISOString();
+      const session = i % 3 === 0 ? null : `chat-${i % 7}`;
+      memories.push({ id: memoryIdFor(text), text, session, created_at: created, updated_at: created });
+      batch.push({
+        id: uuid(), type: 'MemoryStored',
+        data: { ...scope, memory_id: memoryIdFor(text), text, session, created_at: created },
+        metadata: { correlation_id: uuid(), causation_id: uuid(), actor: 'owner', occurred_at: created },
+      });
+    }
+    await app.events.append(memoryStream(scope.agent, scope.user), batch, at === 0 ? 'no_stream' : at - 1);
+  }
+  await app.waitFor(options.vectors === false ? ['memories'] : ['memories', 'memory-vectors'], await app.events.headPosition());
+  return memories;
+}
+
+async function deleteMemory(app: TestCairn, scope: Scope, id: string): Promise<void> {
+  const res = await app.memory(`/v1/memories?${q(scope)}&id=${id}`, { method: 'DELETE' });
+  if (res.status !== 200) throw new Error(`delete answered ${res.status}`);
+}
+
+const embedder = new LocalHashEmbedder();
+const withVector = (m: Exported): Exported => ({ ...m, vector: Array.from(embedder.embedOne(m.text), (x) => Number(x.toPrecision(9))), vector_model: LOCAL_EMBEDDING_MODEL });
+
+/** GET /v1/export on a connection of its own, read until its first bytes, then paused: the client holds the answer. */
+function heldExport(app: TestCairn, scope: Scope): Promise<{ res: IncomingMessage; received: Buffer[] }> {
+  return new Promise((resolve, reject) => {
+    http.get(`${app.memoryUrl}/v1/export?${q(scope)}`, { agent: false }, (res) => {
+      const received: Buffer[] = [];
+      res.once('data', (chunk: Buffer) => {
+        res.pause();
+        received.push(chunk);
+        resolve({ res, received });
+      });
+    }).on('error', reject);
+  });
+}
+
+/** Reads the rest of a held export; rejects when the connection ends before the answer does. */
+async function rest({ res, received }: { res: IncomingMessage; received: Buffer[] }): Promise<string> {
+  for await (const chunk of res) received.push(chunk as Buffer);
+  return Buffer.concat(received).toString('utf8');
+}
+
+/** Projecting thousands of memories can take longer than the default wait on a busy machine. */
+const SEEDING = { CONSISTENCY_TIMEOUT_MS: '60000' };
+const { log, lines } = capturingLogger();
+const app = await startTestCairn(SEEDING, { log });
+t.teardown(() => app.stop());
+// Two read pages, and many chunks: 12,000 memories of about 1 KB, about 25 MB with their vectors.
+const scope = { agent: 'export', user: 'large' };
+const seeded = await seed(app, scope, EXPORT_READ_PAGE + 2_000);
+
+t.test('a streamed export is exactly the whole answer, across chunks and read pages, without deleted memories', async (t) => {
+  t.ok(seeded.length > EXPORT_READ_PAGE && EXPORT_READ_PAGE % EXPORT_CHUNK === 0, 'more than one read page');
+  // Deleted: the first and the last, each side of a chunk boundary and of the read page boundary.
+  const deleted = new Set([0, EXPORT_CHUNK - 1, EXPORT_CHUNK, EXPORT_READ_PAGE - 1, EXPORT_READ_PAGE, seeded.length - 1].map((i) => seeded[i]!.id));
+  for (const id of deleted) await deleteMemory(app, scope, id);
+  const put = await app.memory('/v1/personality', { method: 'PUT', json: { scope, personality: 'Calm "and" precise.' } });
+  t.equal(put.status, 200);
+
+  const res = await app.memory(`/v1/export?${q(scope)}`);
+  t.equal(res.status, 200);
+  t.match(res.headers.get('content-type'), /^application\/json/);
+  const expected = { scope, personality: 'Calm "and" precise.', memories: seeded.filter((m) => !deleted.has(m.id)).map(withVector) };
+  // The same text JSON.stringify makes of the whole answer: nothing doubled or lost at a chunk's edge.
+  t.equal(await res.text(), JSON.stringify(expected));
+});
+
+t.test('without embeddings, the memories are exported without vectors', async (t) => {
+  const plain = await startTestCairn({ ...SEEDING, EMBEDDINGS_PROVIDER: 'none' });
+  t.teardown(() => plain.stop());
+  const small = { agent: 'export', user: 'plain' };
+  const memories = await seed(plain, small, 3 * EXPORT_CHUNK + 10, { words: 5, vectors: false });
+  await deleteMemory(plain, small, memories[EXPORT_CHUNK]!.id);
+  const res = await plain.memory(`/v1/export?${q(small)}`);
+  t.equal(res.status, 200);
+  t.equal(await res.text(), JSON.stringify({ scope: small, personality: '', memories: memories.filter((_, i) => i !== EXPORT_CHUNK) }));
+});
+
+t.test('an export reads its pages as the client takes its answer, and the process answers others meanwhile', async (t) => {
+  const live = await app.memory(`/v1/export?${q(scope)}`).then((res) => res.json()) as { memories: Exported[] };
+  const [first, last] = [live.memories[0]!, live.memories.at(-1)!];
+  const held = await heldExport(app, scope);
+  // While the client holds the first bytes (the server is at most a few MB ahead, in socket buffers, far
+  // from the second read page): other requests are answered, and change memories the export has not read.
+  t.equal((await app.memory('/healthz')).status, 200);
+  await deleteMemory(app, scope, last.id);
+  // Deleted and stored again with the same id: a new created_at puts it after the memories already sent.
+  await deleteMemory(app, scope, first.id);
+  const again = await app.memory('/v1/memories', { method: 'POST', json: { scope, id: first.id, text: first.text, session: first.session } });
+  t.equal(again.status, 200);
+  const body = JSON.parse(await rest(held)) as { memories: Exported[] };
+  const ids = body.memories.map((m) => m.id);
+  t.notOk(ids.includes(last.id), 'the last page was read after the deletion');
+  t.equal(ids.filter((id) => id === first.id).length, 1, 'a memory stored again meanwhile is exported once');
+  t.equal(ids.length, live.memories.length - 1);
+});
+
+t.test('a read that fails after the answer began cuts the connection; before, it is a problem', async (t) => {
+  const held = await heldExport(app, scope);
+  t.match(Buffer.concat(held.received).toString(), /^\{"scope":/);
+  // The read store fails (here: closed) while the client holds the answer.
+  await app.reads.close();
+  await t.rejects(rest(held), 'the client sees an incomplete answer, not complete-looking JSON');
+  t.ok(lines.some((l) => l.level === 50 && /^export failed after its answer began/.test(l.msg)), 'logged');
+  const res = await app.memory(`/v1/export?${q(scope)}`);
+  t.equal(res.status, 500);
+  t.match(res.headers.get('content-type'), /^application\/problem\+json/);
+});
