@@ -245,8 +245,11 @@ export class EmbeddedReadStore implements ReadStore {
 
   private findIn<T extends Doc>(table: string, options: FindOptions): Page<Stored<T>> {
     const field = options.sort?.field ?? 'id';
-    // With no filter and id order, `+deleted` keeps the planner on the primary key (no scan and sort per page).
-    const { sql, params } = whereSql(options.where, field === 'id' && Object.keys(options.where ?? {}).length === 0);
+    // `+deleted` keeps the planner on the primary key where that is the way: with no filter and id order (no scan
+    // and sort per page), and for a filter on ids (`id IN (...)` of 1,000 ids: 10-25 ms instead of a scan of every
+    // live document through an index on `deleted`, 140-1,850 ms).
+    const onIds = options.where?.id !== undefined;
+    const { sql, params } = whereSql(options.where, onIds || (field === 'id' && Object.keys(options.where ?? {}).length === 0));
     if (!FIELD.test(field)) throw new Error(`invalid sort field ${field}`);
     const order = options.sort?.order === 'desc' ? 'DESC' : 'ASC';
     const cmp = order === 'DESC' ? '<' : '>';
@@ -261,9 +264,14 @@ export class EmbeddedReadStore implements ReadStore {
         // SQLite sorts NULL first ascending and last descending, and NULL compares with nothing.
         clauses.push(order === 'ASC' ? `(${expr} IS NOT NULL OR id > ?)` : `(${expr} IS NULL AND id < ?)`);
         params.push(id);
+      } else if (order === 'ASC') {
+        // The bound before the OR gives the planner a range on the sort field's index: without it, every page
+        // walked the index from the start (a page at offset 99k of one scope: 420-700 ms instead of 4-9 ms).
+        clauses.push(`${expr} >= ? AND (${expr} > ? OR (${expr} = ? AND id > ?))`);
+        params.push(bindable(value), bindable(value), bindable(value), id);
       } else {
-        const nullsAfter = order === 'DESC' ? ` OR ${expr} IS NULL` : '';
-        clauses.push(`(${expr} ${cmp} ? OR (${expr} = ? AND id ${cmp} ?)${nullsAfter})`);
+        // Descending, NULLs sort last and follow any value: no single range bounds the rest.
+        clauses.push(`(${expr} < ? OR (${expr} = ? AND id < ?) OR ${expr} IS NULL)`);
         params.push(bindable(value), bindable(value), id);
       }
     }
