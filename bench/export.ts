@@ -15,7 +15,6 @@
  * Options (env): BENCH_SIZES (default 10000,100000), BENCH_BASELINE_SECONDS (default 3).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomUUID as uuid } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,11 +22,9 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { startCairn } from '../api/app.js';
-import { memoryIdFor, memoryStream } from '../domain/memory/decider.js';
 import { loadConfig } from '../infra/config.js';
-import type { NewEvent } from '../infra/eventstore/port.js';
 import { createLogger } from '../infra/logger.js';
-import { fmt, percentile } from './lib.js';
+import { fmt, percentile, seedMemories, syntheticCorpus } from './lib.js';
 
 const SIZES = (process.env.BENCH_SIZES ?? '10000,100000').split(',').map(Number);
 const BASELINE_SECONDS = Number(process.env.BENCH_BASELINE_SECONDS ?? 3);
@@ -38,34 +35,7 @@ const gc = runInNewContext('gc') as () => void;
 
 // ---------------------------------------------------------------- synthetic text (as bench/memory.ts)
 
-/** Deterministic PRNG (mulberry32), so every run exports the same corpus. */
-function rng(seed: number) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const random = rng(42);
-const SYLLABLES = ['ka', 'lo', 'mi', 'ren', 'tor', 'sa', 'vel', 'di', 'no', 'qua', 'ber', 'lin', 'ost', 'pra', 'zu', 'fen', 'gar', 'hel', 'mon', 'tis'];
-const VOCABULARY = Array.from({ length: 8000 }, () => Array.from({ length: 2 + Math.floor(random() * 3) }, () => SYLLABLES[Math.floor(random() * SYLLABLES.length)]).join(''));
-const COMMON = ['the', 'user', 'likes', 'has', 'a', 'is', 'with', 'and', 'to', 'in', 'of', 'their', 'on', 'at'];
-function sentence(): string {
-  const words: string[] = [];
-  const n = 8 + Math.floor(random() * 12);
-  for (let i = 0; i < n; i++) words.push(random() < 0.35 ? COMMON[Math.floor(random() * COMMON.length)]! : VOCABULARY[Math.floor(VOCABULARY.length * random() ** 3)]!);
-  return words.join(' ');
-}
-
-function storedEvent(scope: { agent: string; user: string }, text: string): NewEvent {
-  const now = new Date().toISOString();
-  return {
-    id: uuid(), type: 'MemoryStored',
-    data: { ...scope, memory_id: memoryIdFor(text), text, session: 'bench', created_at: now },
-    metadata: { correlation_id: uuid(), causation_id: uuid(), actor: 'owner', occurred_at: now },
-  };
-}
+const { sentence } = syntheticCorpus();
 
 // ---------------------------------------------------------------- client (child process)
 
@@ -183,28 +153,17 @@ out(`node ${process.version}, ${cpus().length} CPUs, embedded stores, local embe
 out();
 
 const scope = { agent: 'bench', user: 'export' };
-const stream = memoryStream(scope.agent, scope.user);
 const path = `/v1/export?agent=${scope.agent}&user=${scope.user}`;
 let seeded = 0;
 const rows: string[] = [];
 const seeding: string[] = [];
 const baseline = await measured<{ probes: number[] }>(client, { kind: 'baseline', seconds: BASELINE_SECONDS });
 rows.push(`| none (baseline, ${BASELINE_SECONDS} s) | | | | | ${baseline.probes.length} | ${ms(percentile(baseline.probes, 50))} | ${ms(percentile(baseline.probes, 99))} | ${ms(Math.max(...baseline.probes))} | ${ms(baseline.loopMaxMs)} | ${fmt(baseline.rssMb, 1)} | ${fmt(baseline.heapMb, 1)} | |`);
+const seen = new Set<string>();
 for (const size of SIZES) {
   const t0 = performance.now();
-  const seen = new Set<string>();
-  while (seeded < size) {
-    const batch: NewEvent[] = [];
-    while (batch.length < Math.min(1000, size - seeded)) {
-      const text = sentence();
-      const id = memoryIdFor(text);
-      if (seen.has(id)) continue;
-      seen.add(id);
-      batch.push(storedEvent(scope, text));
-    }
-    await cairn.events.append(stream, batch, seeded === 0 ? 'no_stream' : seeded - 1);
-    seeded += batch.length;
-  }
+  await seedMemories(cairn.events, scope, seeded, size, sentence, seen);
+  seeded = size;
   await cairn.waitFor(['memories', 'memory-vectors', 'memory-personality'], await cairn.events.headPosition());
   seeding.push(`${fmt(size)}: seeded and projected in ${ms(performance.now() - t0)} ms`);
   const r = await measured<ExportResult>(client, { kind: 'export', path });

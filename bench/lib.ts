@@ -1,7 +1,10 @@
 import { spawn, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
+import { memoryIdFor, memoryStream } from '../domain/memory/decider.js';
+import type { EventStore, NewEvent } from '../infra/eventstore/port.js';
 
 /** Percentile of a sorted copy (nearest-rank). */
 export function percentile(values: number[], p: number): number {
@@ -81,4 +84,63 @@ export async function wrk(baseUrl: string, clients: number, seconds: number, req
     p99: ms('99'),
     failures: Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0),
   };
+}
+
+/**
+ * A deterministic synthetic corpus (mulberry32 PRNG from `seed`): an 8,000-word vocabulary of syllables, picked
+ * Zipf-like (low ranks much more frequent), mixed with common English words, so that every run of a bench
+ * stores and searches the same texts.
+ */
+export function syntheticCorpus(seed = 42) {
+  const random = () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+  };
+  const SYLLABLES = ['ka', 'lo', 'mi', 'ren', 'tor', 'sa', 'vel', 'di', 'no', 'qua', 'ber', 'lin', 'ost', 'pra', 'zu', 'fen', 'gar', 'hel', 'mon', 'tis'];
+  const vocabulary = Array.from({ length: 8000 }, () => {
+    const n = 2 + Math.floor(random() * 3);
+    return Array.from({ length: n }, () => SYLLABLES[Math.floor(random() * SYLLABLES.length)]).join('');
+  });
+  const COMMON = ['the', 'user', 'likes', 'has', 'a', 'is', 'with', 'and', 'to', 'in', 'of', 'their', 'on', 'at'];
+  const zipfWord = () => vocabulary[Math.floor(vocabulary.length * random() ** 3)]!;
+  const sentence = (): string => {
+    const words: string[] = [];
+    const n = 8 + Math.floor(random() * 12);
+    for (let i = 0; i < n; i++) words.push(random() < 0.35 ? COMMON[Math.floor(random() * COMMON.length)]! : zipfWord());
+    return words.join(' ');
+  };
+  return { random, vocabulary, zipfWord, sentence };
+}
+
+/** A MemoryStored event as the memory service appends it, for seeding the log directly. */
+export function storedEvent(scope: { agent: string; user: string }, text: string): NewEvent {
+  const now = new Date().toISOString();
+  return {
+    id: randomUUID(), type: 'MemoryStored',
+    data: { ...scope, memory_id: memoryIdFor(text), text, session: 'bench', created_at: now },
+    metadata: { correlation_id: randomUUID(), causation_id: randomUUID(), actor: 'owner', occurred_at: now },
+  };
+}
+
+/**
+ * Grows `scope` from `from` to `size` memories of distinct texts, appended straight to its stream 1,000 per
+ * append (the projections then apply them as they would any write). `seen`: the ids already in the scope.
+ */
+export async function seedMemories(events: EventStore, scope: { agent: string; user: string }, from: number, size: number,
+  sentence: () => string, seen: Set<string>): Promise<void> {
+  const stream = memoryStream(scope.agent, scope.user);
+  for (let seeded = from; seeded < size;) {
+    const batch: NewEvent[] = [];
+    while (batch.length < Math.min(1000, size - seeded)) {
+      const text = sentence();
+      const id = memoryIdFor(text);
+      if (seen.has(id)) continue;
+      seen.add(id);
+      batch.push(storedEvent(scope, text));
+    }
+    await events.append(stream, batch, seeded === 0 ? 'no_stream' : seeded - 1);
+    seeded += batch.length;
+  }
 }

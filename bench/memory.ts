@@ -17,15 +17,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { hasWrk, percentile, wrk } from './lib.js';
-import { randomUUID as uuid } from 'node:crypto';
+import { hasWrk, percentile, seedMemories, storedEvent, syntheticCorpus, wrk } from './lib.js';
 import { startCairn } from '../api/app.js';
 import { createMemoryModule } from '../api/memory/module.js';
 import type { SearchMode } from '../api/memory/retrieval.js';
-import { memoryIdFor, memoryStream } from '../domain/memory/decider.js';
+import { memoryStream } from '../domain/memory/decider.js';
 import { loadConfig } from '../infra/config.js';
 import { EmbeddedEventStore } from '../infra/eventstore/embedded.js';
-import type { NewEvent } from '../infra/eventstore/port.js';
 import { createLogger } from '../infra/logger.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -35,30 +33,7 @@ const out = (line = '') => process.stdout.write(`${line}\n`);
 
 // ---------------------------------------------------------------- synthetic text
 
-/** Deterministic PRNG (mulberry32), so every run searches the same corpus. */
-function rng(seed: number) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let x = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const random = rng(42);
-const SYLLABLES = ['ka', 'lo', 'mi', 'ren', 'tor', 'sa', 'vel', 'di', 'no', 'qua', 'ber', 'lin', 'ost', 'pra', 'zu', 'fen', 'gar', 'hel', 'mon', 'tis'];
-const VOCABULARY = Array.from({ length: 8000 }, () => {
-  const n = 2 + Math.floor(random() * 3);
-  return Array.from({ length: n }, () => SYLLABLES[Math.floor(random() * SYLLABLES.length)]).join('');
-});
-const COMMON = ['the', 'user', 'likes', 'has', 'a', 'is', 'with', 'and', 'to', 'in', 'of', 'their', 'on', 'at'];
-/** Zipf-like pick: low ranks are much more frequent. */
-const zipfWord = () => VOCABULARY[Math.floor(VOCABULARY.length * random() ** 3)]!;
-function sentence(): string {
-  const words: string[] = [];
-  const n = 8 + Math.floor(random() * 12);
-  for (let i = 0; i < n; i++) words.push(random() < 0.35 ? COMMON[Math.floor(random() * COMMON.length)]! : zipfWord());
-  return words.join(' ');
-}
+const { random, vocabulary: VOCABULARY, zipfWord, sentence } = syntheticCorpus();
 const query = () => Array.from({ length: 2 + Math.floor(random() * 3) }, zipfWord).join(' ');
 
 // ---------------------------------------------------------------- figures
@@ -139,15 +114,6 @@ class Client {
 
 // ---------------------------------------------------------------- 1. store throughput
 
-function storedEvent(scope: { agent: string; user: string }, text: string): NewEvent {
-  const now = new Date().toISOString();
-  return {
-    id: uuid(), type: 'MemoryStored',
-    data: { ...scope, memory_id: memoryIdFor(text), text, session: 'bench', created_at: now },
-    metadata: { correlation_id: uuid(), causation_id: uuid(), actor: 'owner', occurred_at: now },
-  };
-}
-
 async function rawAppendRate(concurrency: number): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'cairn-bench-raw-'));
   const store = new EmbeddedEventStore(join(dir, 'events.db'));
@@ -226,22 +192,11 @@ const scope = { agent: 'bench', user: 'search' };
 let seeded = 0;
 const seedTimes: string[] = [];
 const hybridP95 = new Map<number, number>();
+const seen = new Set<string>();
 for (const size of SIZES) {
   const t0 = performance.now();
-  const stream = memoryStream(scope.agent, scope.user);
-  while (seeded < size) {
-    const batch: NewEvent[] = [];
-    const seen = new Set<string>();
-    while (batch.length < Math.min(1000, size - seeded)) {
-      const text = sentence();
-      const id = memoryIdFor(text);
-      if (seen.has(id)) continue;
-      seen.add(id);
-      batch.push(storedEvent(scope, text));
-    }
-    await cairn.events.append(stream, batch, seeded === 0 ? 'no_stream' : seeded - 1);
-    seeded += batch.length;
-  }
+  await seedMemories(cairn.events, scope, seeded, size, sentence, seen);
+  seeded = size;
   const appended = performance.now();
   await cairn.waitFor(['memories', 'memory-vectors'], await cairn.events.headPosition());
   const projected = performance.now();
