@@ -87,21 +87,25 @@ async function* memoryChunks(deps: ExportDeps, { agent, user }: Scope, caller: {
  * The memories as exported, each with the vector of its text. A vector belongs to the text it was computed
  * from: both documents carry the position of the event that set the text. A memory changed after this request
  * arrived can be ahead in `memories` (which needs no provider call): wait for its vector, and export none
- * rather than an older text's. Vectors are read one by one: the embedded read store answers a filter on
- * many ids by walking every vector of the collection.
+ * rather than an older text's. One query per chunk (a MongoDB read store would pay a round trip per memory
+ * for reads one by one).
  */
 async function withVectors(deps: ExportDeps, docs: Array<Stored<MemoryDoc>>, signal: AbortSignal) {
   const vectors = new Map<string, Stored<VectorDoc>>();
   if (deps.retrieval.hasVectors) {
-    const read = async (doc: Stored<MemoryDoc>) => {
-      const v = await deps.reads.get<VectorDoc>(VECTORS, doc.id);
-      if (v?._position === doc._position) vectors.set(doc.id, v);
+    const read = async (batch: Array<Stored<MemoryDoc>>) => {
+      const page = await deps.reads.find<VectorDoc>(VECTORS, { where: { id: { $in: batch.map((doc) => doc.id) } }, limit: batch.length });
+      const found = new Map(page.items.map((v) => [v.id, v]));
+      for (const doc of batch) {
+        const v = found.get(doc.id);
+        if (v?._position === doc._position) vectors.set(doc.id, v);
+      }
     };
-    await Promise.all(docs.map(read));
+    await read(docs);
     const behind = docs.filter((doc) => !vectors.has(doc.id));
     if (behind.length > 0) {
       await deps.waitFor([VECTORS_PROJECTION], behind.reduce((max, doc) => Math.max(max, doc._position), 0), signal);
-      await Promise.all(behind.map(read));
+      await read(behind);
     }
   }
   return docs.map((doc) => {
