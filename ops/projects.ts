@@ -2,8 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Command } from 'commander';
 import { CommandBus } from '../commands/bus.js';
 import type { EventStore } from '../infra/eventstore/port.js';
-import { MAX_PROJECT_NAME, projectDecider, projectStream, type ProjectEvent, type ProjectState } from '../domain/projects/decider.js';
-import { fold } from '../domain/shared/decider.js';
+import { MAX_PROJECT_NAME, projectDecider, projectStateOf, projectStream, type ProjectState } from '../domain/projects/decider.js';
 import { nameForm, nameProblem } from '../domain/shared/text.js';
 import { printJson, quoted } from './output.js';
 import { CreateProjectBody } from '../api/platform/projects/schemas.js';
@@ -11,8 +10,7 @@ import { OpsError, opsRequestMeta, validateAsApi, withEventLog } from './runtime
 
 /** A project's state from its stream; operator commands check existence against the log, not a read model that may lag. */
 export async function loadProject(events: EventStore, projectId: string): Promise<Extract<ProjectState, { exists: true }>> {
-  const recorded = await events.readStream(projectStream(projectId));
-  const state = fold(projectDecider, recorded.map((e) => ({ type: e.type, data: e.data }) as ProjectEvent));
+  const state = projectStateOf(await events.readStream(projectStream(projectId)));
   if (!state.exists) throw new OpsError(`project ${quoted(projectId)} not found`);
   return state;
 }

@@ -1,6 +1,5 @@
 import type { CommandBus } from '../../commands/bus.js';
-import { projectDecider, projectStream, type ProjectEvent } from '../../domain/projects/decider.js';
-import { fold } from '../../domain/shared/decider.js';
+import { projectStateOf, projectStream } from '../../domain/projects/decider.js';
 import type { EventStore } from '../../infra/eventstore/port.js';
 import type { Logger } from '../../infra/logger.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
@@ -40,8 +39,7 @@ export async function requireProject(deps: PlatformDeps, principal: Principal, p
  */
 export async function requireProjectForCommand(deps: PlatformDeps, principal: Principal, projectId: string): Promise<ProjectRef> {
   return ownProject(principal, projectId, async () => {
-    const recorded = await deps.events.readStream(projectStream(projectId));
-    const state = fold(projectDecider, recorded.map((e) => ({ type: e.type, data: e.data }) as ProjectEvent));
+    const state = projectStateOf(await deps.events.readStream(projectStream(projectId)));
     return state.exists ? state.tenant_id : undefined;
   });
 }

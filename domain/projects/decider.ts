@@ -1,4 +1,4 @@
-import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
+import { DomainError, fold, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
 import { nameProblem } from '../shared/text.js';
 
 export const projectStream = (projectId: string) => `project-${projectId}`;
@@ -45,3 +45,11 @@ export const projectDecider: Decider<ProjectState, ProjectCommand, ProjectEvent>
     }
   },
 };
+
+/**
+ * A project's state from the events of its stream as the log returns them: what commands check a project
+ * against (the API's key commands and the operator CLI), since its read model may lag behind.
+ */
+export function projectStateOf(recorded: Array<{ type: string; data: unknown }>): ProjectState {
+  return fold(projectDecider, recorded.map((e) => ({ type: e.type, data: e.data }) as ProjectEvent));
+}
