@@ -74,7 +74,7 @@ export async function createMemoryModule(deps: MemoryModuleDeps): Promise<Memory
     semantic: vectors && embedder ? { embedder, index: vectorIndex, sync: vectors } : undefined,
   });
   const chat = llm.baseUrl
-    ? new OpenAiChat({ baseUrl: llm.baseUrl, apiKey: llm.apiKey, timeoutMs: llm.timeoutMs, maxRetries: llm.maxRetries }, llm.chatModel)
+    ? new OpenAiChat({ baseUrl: llm.baseUrl, apiKey: llm.apiKey, timeoutMs: llm.timeoutMs, maxRetries: llm.maxRetries }, llm.chatModel, log)
     : undefined;
   return {
     sinks: { memories, vectors },

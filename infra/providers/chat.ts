@@ -1,3 +1,4 @@
+import type { Logger } from '../logger.js';
 import { postJson, ProviderError, type HttpProviderOptions } from './http.js';
 
 export interface ChatMessage {
@@ -78,7 +79,7 @@ function replyText(reply: unknown, json: boolean): string {
  * gpt-3.5-turbo-1106 have no JSON mode ("'response_format' of type 'json_object' is not supported with
  * this model"). `json_schema` is no way out: older llama.cpp builds and older OpenAI models refuse it.
  */
-function refusesJsonMode(error: unknown): boolean {
+function refusesJsonMode(error: unknown): error is ProviderError {
   return error instanceof ProviderError && error.status === 400 && /response_format/i.test(error.body ?? '');
 }
 
@@ -93,7 +94,8 @@ export class OpenAiChat implements ChatProvider {
    */
   private jsonMode = true;
 
-  constructor(private readonly http: HttpProviderOptions, readonly model: string) {}
+  /** `log`: where turning JSON mode off is said, once (an operator sees why ingest prompts changed). */
+  constructor(private readonly http: HttpProviderOptions, readonly model: string, private readonly log?: Logger) {}
 
   async complete(messages: ChatMessage[], options: { json?: boolean; temperature?: number } = {}): Promise<string> {
     const request = {
@@ -110,7 +112,11 @@ export class OpenAiChat implements ChatProvider {
       } catch (error) {
         if (!refusesJsonMode(error)) throw error;
         reply = await post(request);
-        this.jsonMode = false;
+        if (this.jsonMode) {
+          this.jsonMode = false;
+          this.log?.warn({ provider: 'chat', model: this.model, upstream_status: error.status, upstream_body: error.body },
+            'chat: the provider refused response_format json_object and answered without it; JSON mode is off until restart (ingest asks for JSON in the prompt only)');
+        }
       }
     } else {
       reply = await post(request);

@@ -75,6 +75,9 @@ for (const [name, refusal] of Object.entries(refusals)) {
     t.same(texts(second), ['The user sings bass']);
     t.equal(s.server.chatRequests().length, 3, 'remembered: one request');
     t.notOk('response_format' in s.server.chatRequests()[2]!.body);
+    const switched = s.lines.filter((l) => /JSON mode is off/.test(l.msg ?? ''));
+    t.equal(switched.length, 1, 'turning JSON mode off is logged, once');
+    t.match(switched[0], { level: 40, provider: 'chat', model: 'compat-model', upstream_status: 400, upstream_body: /response_format/ });
   });
 }
 
