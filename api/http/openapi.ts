@@ -59,14 +59,14 @@ const ERROR_TEXT: Record<number, string> = {
   409: 'Conflict: with the current state (`conflict`, e.g. a duplicate name), a resource that kept being changed concurrently while the command was retried (`concurrency-conflict`: send it again), or a repeat whose events are in the log elsewhere (`duplicate-request`)',
   422: 'Idempotency-Key already used for a different request',
   500: 'Internal failure: a store failed or something unexpected happened (`internal`), or a model provider failed where one is called (`provider-failure`); the body is generic, the server log has the details',
-  501: 'Not implemented',
+  501: 'Not implemented in this version of Cairn (`not-implemented`)',
   507: 'The server\'s storage is full (`storage-full`): nothing was written; retry once space has been freed',
   503: 'Unavailable for now (the problem\'s `type` says why): a read model did not catch up in time (`not-caught-up`, see Retry-After), something the operation needs is not configured (`not-configured`), or the event store did not answer in time (`event-store-unavailable`, see Retry-After: a write\'s outcome is unknown, and a retry with the same Idempotency-Key is safe)',
 };
 const SESSION_UNAVAILABLE = ', or the identity provider\'s keys could not be fetched to verify the session (`identity-provider-unavailable`, see Retry-After)';
 
 /** Commands change state; queries (GET, and POSTs that read: search, context, chat) declare their read models. */
-const isCommand = (r: RouteDef) => r.method !== 'GET' && !r.readModels;
+const isCommand = (r: RouteDef) => r.method !== 'GET' && !r.readModels && r.implemented !== false;
 
 /**
  * Problem statuses an operation can answer whatever its handler does, added to those its route lists:
@@ -148,6 +148,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
       // OpenAPI 3.1 lets any scheme's requirement name roles: an API key needs this scope (or `*`).
       security: r.auth.map((a) => ({ [SCHEME_NAMES[a]]: a === 'key' && r.scope ? [r.scope] : [] })),
       ...(r.scope && r.auth.includes('key') ? { 'x-required-scope': r.scope } : {}),
+      ...(r.implemented === false ? { 'x-implemented': false } : {}),
       parameters: params,
       ...(r.body ? { requestBody: { required: true, content: { 'application/json': { schema: r.body } } } } : {}),
       responses,

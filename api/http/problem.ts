@@ -64,7 +64,7 @@ export const PROBLEM_TYPES = {
   'idempotency-mismatch': { statuses: [422], meaning: 'The Idempotency-Key was already used for a different request.' },
   internal: { statuses: [500], meaning: 'An unexpected failure, e.g. of the event store or a read store: the body is generic and the server log has the details.' },
   'provider-failure': { statuses: [500], meaning: 'Memory service: a model provider (chat or embeddings) failed or answered unusably; the upstream reply is logged, never returned.' },
-  'not-implemented': { statuses: [501], meaning: 'The operation is not implemented (no operation answers this at present).' },
+  'not-implemented': { statuses: [501], meaning: 'An operation of the platform spec that this version of Cairn does not implement yet: it is routed and listed in the OpenAPI document (with `x-implemented: false`), and answers this once the caller is authenticated.' },
   'not-caught-up': { statuses: [503], meaning: 'A read model did not reach the position the request waits for (`X-Min-Position`, or the operation\'s own wait) within `CONSISTENCY_TIMEOUT_MS`: retry after `Retry-After`.' },
   'not-configured': { statuses: [503], meaning: 'Something the operation needs is not configured: dashboard sessions (`AUTH_JWKS_URL` or `AUTH_JWT_SECRET`), or the memory service\'s chat provider (`LLM_BASE_URL`).' },
   'not-ready': { statuses: [503], meaning: '`GET /readyz`: the event store or the read store failed or did not answer within 2 s, a projection this process serves is failing or past the end of the event log, the projection thread is restarting or unresponsive, or (with `READY_MAX_LAG`) a projection is too far behind; `detail` names each reason, and the `stores`, `thread` and `projections` members say more.' },

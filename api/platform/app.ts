@@ -9,9 +9,10 @@ import type { PlatformDeps } from './context.js';
 import { browserSignal } from '../http/guard.js';
 import { keyRoutes } from './keys/routes.js';
 import { projectRoutes } from './projects/routes.js';
+import { unbuiltRoutes } from './unbuilt.js';
 
 export function platformRouteTable(deps: PlatformDeps, clock: () => Date): RouteDef[] {
-  return [...projectRoutes(deps), ...keyRoutes(deps, clock), ...configRoutes(deps), ...agentRoutes(deps, clock)];
+  return [...projectRoutes(deps), ...keyRoutes(deps, clock), ...configRoutes(deps), ...agentRoutes(deps, clock), ...unbuiltRoutes()];
 }
 
 /** `health`: the public /healthz and /readyz routes (see api/http/health.ts). */

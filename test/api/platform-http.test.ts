@@ -111,7 +111,9 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   t.match(yaml.headers.get('content-type'), /yaml/);
   t.same(parseYaml(await yaml.text()), doc, 'the YAML is the same document');
   const statuses = (p: string, m: string) => Object.keys(doc.paths[p][m].responses).sort();
-  const operations = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`));
+  // The spec's operations not built yet are listed too, marked (test/api/platform-unbuilt.test.ts).
+  const operations = Object.entries(doc.paths as Record<string, Record<string, any>>)
+    .flatMap(([p, ops]) => Object.entries(ops).filter(([, op]) => op['x-implemented'] !== false).map(([m]) => `${m.toUpperCase()} ${p}`));
   t.same(operations.sort(), [
     'DELETE /api/v1/projects/{projectId}/config/{key}', 'DELETE /api/v1/projects/{projectId}/keys/{keyId}',
     'GET /api/v1/agents', 'GET /api/v1/agents/{agentId}', 'GET /api/v1/projects', 'GET /api/v1/projects/{projectId}/config',
