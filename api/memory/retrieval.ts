@@ -1,3 +1,4 @@
+import { normalizeText } from '../../domain/memory/decider.js';
 import type { Embedder } from '../../infra/providers/embeddings.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import { reciprocalRankFusion } from '../../infra/search/fusion.js';
@@ -86,7 +87,8 @@ export class Retrieval {
 
   private async vector(scope: string, query: string, limit: number): Promise<Hit[]> {
     const semantic = this.deps.semantic!;
-    const [[embedding]] = await Promise.all([semantic.embedder.embed([query]), semantic.sync.ready()]);
+    // In the form memory texts are embedded in (trimmed, NFC): a query equal to a memory's text then scores 1.
+    const [[embedding]] = await Promise.all([semantic.embedder.embed([normalizeText(query)]), semantic.sync.ready()]);
     return semantic.index.search(scope, semantic.embedder.model, embedding!, limit);
   }
 

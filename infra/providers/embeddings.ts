@@ -12,10 +12,11 @@ export interface Embedder {
 
 export const LOCAL_EMBEDDING_DIM = 256;
 /**
- * v2: the tokenizer case-folds (ß → ss, İ → i, ς → σ); v3: Korean bigrams, Thai/Lao/Khmer/Myanmar words.
+ * v2: the tokenizer case-folds (ß → ss, İ → i, ς → σ); v3: Korean bigrams, Thai/Lao/Khmer/Myanmar words;
+ * v4: default-ignorable characters dropped, emoji and flags are words.
  * Vectors of an older version are ignored until `memory-vectors` is rebuilt.
  */
-export const LOCAL_EMBEDDING_MODEL = `local-hash-${LOCAL_EMBEDDING_DIM}-v3`;
+export const LOCAL_EMBEDDING_MODEL = `local-hash-${LOCAL_EMBEDDING_DIM}-v4`;
 
 /** 32-bit FNV-1a over UTF-16 code units, finished with murmur3's fmix32 so every bit depends on every input. */
 function hash32(text: string): number {

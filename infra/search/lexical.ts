@@ -124,7 +124,10 @@ class ScopeIndex {
   }
 }
 
-/** BM25 (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5))) over in-process inverted indexes. */
+/**
+ * BM25 (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5))) over in-process inverted indexes;
+ * each query term's part is multiplied by how often the query holds it.
+ */
 export class Bm25Index implements LexicalIndex {
   private readonly scopes = new Map<string, ScopeIndex>();
   private scores = new Float64Array(1024);
@@ -157,12 +160,16 @@ export class Bm25Index implements LexicalIndex {
     if (this.scores.length < index.slotIds.length) this.scores = new Float64Array(index.slotIds.length * 2);
     const scores = this.scores;
     const touched: number[] = [];
-    for (const term of new Set(tokenize(query))) {
+    // A term repeated in the query weighs as often as it is repeated, as in Lucene (its BooleanQuery sums
+    // duplicate clauses): a chat message that names a thing twice is about that thing.
+    const counts = new Map<string, number>();
+    for (const term of tokenize(query)) counts.set(term, (counts.get(term) ?? 0) + 1);
+    for (const [term, qtf] of counts) {
       const tid = index.termIds.get(term);
       if (tid === undefined) continue;
       const df = index.df[tid]!;
       if (df === 0) continue;
-      const idf = Math.log(1 + (n - df + 0.5) / (df + 0.5));
+      const weight = qtf * Math.log(1 + (n - df + 0.5) / (df + 0.5)); // qtf × idf
       const postings = index.postings[tid]!;
       for (let j = 0; j < postings.length; j++) {
         const p = postings[j]!;
@@ -171,7 +178,7 @@ export class Bm25Index implements LexicalIndex {
         const tf = p & (TF_BITS - 1);
         const norm = K1 * (1 - B + (B * index.slotLength[slot]!) / avgLength);
         if (scores[slot] === 0) touched.push(slot);
-        scores[slot] += (idf * tf * (K1 + 1)) / (tf + norm);
+        scores[slot] += (weight * tf * (K1 + 1)) / (tf + norm);
       }
     }
     const hits = topK(touched.length, limit, (i) => scores[touched[i]!]!, (i) => index.slotIds[touched[i]!]!);

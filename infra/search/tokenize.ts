@@ -2,10 +2,13 @@
  * Unicode word tokenizer shared by the BM25 index and the local embedder.
  *
  * Text is NFKC-normalised (full-width forms, ligatures and compatibility characters fold to their
- * plain forms) and case-folded without a locale (the same result on every machine): lower-cased, with
+ * plain forms), loses its default-ignorable characters as NFKC_Casefold (ICU's nfkc_cf) does (see
+ * IGNORABLE), and is case-folded without a locale (the same result on every machine): lower-cased, with
  * the full foldings lower-casing misses for common text: ß → ss, the dotted capital İ → i (lower-casing
  * leaves i + U+0307), final ς → σ. So "STRASSE" finds "Straße" and "istanbul" finds "İstanbul". A word is a run of
- * letters and digits, with combining marks kept inside it (Devanagari vowel signs, etc.). Han,
+ * letters and digits, with combining marks kept inside it (Devanagari vowel signs, etc.). Each emoji is a
+ * word of its own, as in Lucene's standard tokenizer, without its skin tone ("👍🏽" finds "👍") and with
+ * each emoji of a joined sequence apart; a flag is its pair of regional indicators. Han,
  * Hiragana, Katakana and Hangul are cut into overlapping character bigrams, as Lucene's CJK analyzer
  * does: Chinese and Japanese are written without spaces, and Korean attaches particles and endings to
  * the word ("고양이가", "고양이를"), so bigrams let a query match inside a sentence or a word ("고양이"). A
@@ -13,7 +16,7 @@
  * ("猫") matches too. Thai, Lao, Khmer and Myanmar, also written without spaces between words, are cut
  * into words by ICU's dictionaries (`Intl.Segmenter`; Node ships full ICU).
  */
-const WORD = /[\p{L}\p{N}][\p{L}\p{N}\p{M}]*/gu;
+const WORD = /[\p{L}\p{N}][\p{L}\p{N}\p{M}]*|\p{Extended_Pictographic}|\p{Regional_Indicator}{2}/gu;
 /** A word that needs more than the regular expression: bigrams (BIGRAM) or dictionary segmentation (DICTIONARY). */
 const SPECIAL = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\p{Script=Thai}\p{Script=Lao}\p{Script=Khmer}\p{Script=Myanmar}]/u;
 const DICTIONARY = /[\p{Script=Thai}\p{Script=Lao}\p{Script=Khmer}\p{Script=Myanmar}]/u;
@@ -21,13 +24,22 @@ const BIGRAM_RUN = /([\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Scr
 /** Locale-independent: ICU picks the dictionary by script. */
 const segmenter = new Intl.Segmenter('und', { granularity: 'word' });
 
+/**
+ * Invisible characters that must not split or change a word: soft hyphens (web pages, PDFs), word
+ * joiners, zero-width joiners inside Indic words, variation selectors (also ideographic ones after Han),
+ * byte order marks, bidirectional marks. The zero-width space and non-joiner are kept: they separate
+ * words (Persian writes a non-joiner or a space between the parts of one), and the regular expression
+ * below splits there.
+ */
+const IGNORABLE = /(?![\u200b\u200c])\p{Default_Ignorable_Code_Point}/gu;
 const FOLD = /ß|i\u0307|ς/g;
 const NEEDS_FOLD = /ß|i\u0307|ς/;
 const FOLDED: Record<string, string> = { 'ß': 'ss', 'i\u0307': 'i', 'ς': 'σ' };
 
 /** Locale-independent case folding (see above). */
 export function caseFold(text: string): string {
-  const lower = text.normalize('NFKC').toLowerCase();
+  // Removed before NFKC: a combining grapheme joiner between two marks would keep them from composing.
+  const lower = text.replace(IGNORABLE, '').normalize('NFKC').toLowerCase();
   return NEEDS_FOLD.test(lower) ? lower.replace(FOLD, (m) => FOLDED[m]!) : lower;
 }
 

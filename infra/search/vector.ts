@@ -152,6 +152,7 @@ export class BruteForceVectorIndex implements VectorIndex {
     if (this.scratch.length < store.count) this.scratch = new Float64Array(store.count * 2);
     const scores = this.scratch;
     store.scores(q, scores);
-    return topK(store.count, limit, (i) => scores[i]!, (i) => store.ids[i]!);
+    // Unit vectors rounded to Float32 can sum past ±1 (1.0000001 for an exact match): a cosine is within [-1, 1].
+    return topK(store.count, limit, (i) => Math.min(1, Math.max(-1, scores[i]!)), (i) => store.ids[i]!);
   }
 }

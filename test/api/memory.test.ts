@@ -288,7 +288,7 @@ t.test('GET /v1/export: live memories with vectors, and the personality', async 
   t.equal(res.body.personality, 'Calm.');
   t.same(ids(res.body.memories), [a.body.id, b.body.id], 'oldest first');
   const m = res.body.memories[0];
-  t.match(m, { id: a.body.id, text: 'first memory', session: 's', created_at: a.body.created_at, updated_at: a.body.updated_at, vector_model: 'local-hash-256-v3' });
+  t.match(m, { id: a.body.id, text: 'first memory', session: 's', created_at: a.body.created_at, updated_at: a.body.updated_at, vector_model: 'local-hash-256-v4' });
   t.equal(m.vector.length, 256);
   const norm = Math.sqrt(m.vector.reduce((s: number, x: number) => s + x * x, 0));
   t.ok(Math.abs(norm - 1) < 1e-4, 'unit vector');

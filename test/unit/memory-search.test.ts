@@ -28,6 +28,36 @@ t.test('tokenizer: Unicode words, case, compatibility forms', async (t) => {
   t.same(tokenize('...  !!'), []);
 });
 
+t.test('tokenizer: invisible default-ignorable characters do not split or change a word (as NFKC_Casefold)', async (t) => {
+  t.same(tokenize('co\u00adoperate'), ['cooperate'], 'soft hyphen, as text copied from web pages and PDFs has');
+  t.same(tokenize('Straße\u2060Nord'), ['strassenord'], 'word joiner');
+  t.same(tokenize('\ufefftea'), ['tea'], 'byte order mark');
+  t.same(tokenize('tea\ufe0f time'), ['tea', 'time'], 'a variation selector is not part of the word');
+  t.same(tokenize('葛\u{e0100}城に行く'), tokenize('葛城に行く'), 'an ideographic variation selector does not break the bigrams');
+  t.same(tokenize('\u0930\u094d\u200d\u092f'), tokenize('\u0930\u094d\u092f'), 'zero-width joiner inside a Devanagari word');
+  t.same(tokenize('\u200f\u05e9\u05dc\u05d5\u05dd\u200e'), ['\u05e9\u05dc\u05d5\u05dd'], 'bidirectional marks');
+  t.same(tokenize('one\u200btwo'), ['one', 'two'], 'a zero-width space still separates words');
+  t.same(tokenize('\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645'), ['\u0645\u06cc', '\u062e\u0648\u0627\u0647\u0645'], 'so does a zero-width non-joiner (Persian writes it or a space)');
+  const index = new Bm25Index();
+  index.upsert('s', 'soft', 'We co\u00adoperate with the neighbours');
+  index.upsert('s', 'other', 'We argue with the neighbours');
+  t.same(index.search('s', 'cooperate', 10).map((h) => h.id), ['soft'], 'found by the word as typed');
+});
+
+t.test('tokenizer: an emoji is a word of its own, as in Lucene\'s standard tokenizer', async (t) => {
+  t.same(tokenize('I \u2764\ufe0f sushi \u{1f363}\u{1f363}'), ['i', '\u2764', 'sushi', '\u{1f363}', '\u{1f363}'], 'presentation selector left out; each emoji counts');
+  t.same(tokenize('\u{1f44d}\u{1f3fd}'), ['\u{1f44d}'], 'without its skin tone: "👍🏽" finds "👍"');
+  t.same(tokenize('\u{1f468}\u200d\u{1f469}\u200d\u{1f467}'), ['\u{1f468}', '\u{1f469}', '\u{1f467}'], 'a joined sequence: each emoji in it');
+  t.same(tokenize('Japan \u{1f1ef}\u{1f1f5}\u{1f1eb}\u{1f1f7}'), ['japan', '\u{1f1ef}\u{1f1f5}', '\u{1f1eb}\u{1f1f7}'], 'a flag is its two regional indicators');
+  t.same(tokenize('... !! #1 \u2122'), ['1', 'tm'], 'punctuation is still no word; ™ is letters (NFKC)');
+  const index = new Bm25Index();
+  index.upsert('s', 'trip', 'The trip to Japan \u{1f1ef}\u{1f1f5} was great \u{1f363}');
+  index.upsert('s', 'party', 'Birthday party \u{1f389}\u{1f389}');
+  index.upsert('s', 'plain', 'The trip was long');
+  t.same(index.search('s', '\u{1f389}', 10).map((h) => h.id), ['party']);
+  t.same(index.search('s', '\u{1f363} \u{1f1ef}\u{1f1f5}', 10).map((h) => h.id), ['trip']);
+});
+
 t.test('topK: best first, ties by id, bounded', async (t) => {
   const scores = [0.5, 0.9, 0.1, 0.9, 0.7];
   const ids = ['e', 'd', 'c', 'b', 'a'];
@@ -67,6 +97,16 @@ t.test('BM25', async (t) => {
     index.remove('s', 'dog');
     t.same(index.search('s', 'rex', 10), []);
     t.equal(index.size('s'), 2);
+  });
+  t.test('a term repeated in the query counts once per repetition (Lucene sums duplicate clauses)', async (t) => {
+    const qtf = new Bm25Index();
+    qtf.upsert('s', 'a-coffee', 'coffee');
+    qtf.upsert('s', 'b-tea', 'tea');
+    const tea = qtf.search('s', 'tea', 1)[0]!.score;
+    const hits = qtf.search('s', 'coffee tea, tea', 10);
+    t.same(hits.map((h) => h.id), ['b-tea', 'a-coffee'], 'not a tie broken by id');
+    t.ok(Math.abs(hits[0]!.score - 2 * tea) < 1e-12, `score ${hits[0]!.score} = 2 × ${tea}`);
+    t.ok(Math.abs(hits[1]!.score - tea) < 1e-12, 'same idf and length: once');
   });
   t.test('a one-character query of an unspaced script matches inside a sentence', async (t) => {
     t.same(indexTerms('東京に行く'), { terms: ['東京', '京に', 'に行', '行く', '東', '京', 'に', '行', 'く'], tokens: 4 });
@@ -144,6 +184,20 @@ t.test('vector index: cosine, per scope and model', async (t) => {
   for (let i = 0; i < 299; i++) index.remove('g', `v${i}`);
   t.same(index.search('g', 'm', Float32Array.from([0, 1, 0]), 5).map((h) => h.id), ['v299']);
   t.equal(index.size('g'), 1);
+});
+
+t.test('vector index: a cosine is never outside [-1, 1], also when Float32 rounding of unit vectors adds up past it', async (t) => {
+  // Normalised to Float32, (1, 1, 2) has a squared length of 1 + 7e-8: compared with itself it summed to 1.00000007.
+  const index = new BruteForceVectorIndex();
+  index.upsert('s', 'b-same', 'm', Float32Array.from([1, 1, 2]));
+  index.upsert('s', 'a-twice', 'm', Float32Array.from([2, 2, 4]));
+  index.upsert('s', 'c-near', 'm', Float32Array.from([1, 1, 2.1]));
+  const same = index.search('s', 'm', Float32Array.from([1, 1, 2]), 10);
+  t.same(same.map((h) => h.score).slice(0, 2), [1, 1], 'an exact match scores 1');
+  t.same(same.map((h) => h.id), ['a-twice', 'b-same', 'c-near'], 'equal scores rank by id, the near one after');
+  t.ok(same[2]!.score < 1);
+  const opposite = index.search('s', 'm', Float32Array.from([-1, -1, -2]), 10);
+  t.same(opposite.map((h) => h.score).slice(1), [-1, -1], 'the opposite direction scores -1');
 });
 
 t.test('vector index: a vector of another dimension under the same model replaces none of the others', async (t) => {
