@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { uuidV5 as uuidv5 } from '../infra/ids.js';
 import { WrongExpectedVersionError } from '../infra/eventstore/errors.js';
-import type { EventMetadata, EventStore, ExpectedRevision, NewEvent } from '../infra/eventstore/port.js';
+import type { AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent } from '../infra/eventstore/port.js';
 import type { CommandContext, Decider, DomainEvent } from '../domain/shared/decider.js';
 
 const EVENT_ID_NAMESPACE = '6f1c7a8e-3d1f-4b59-9a43-2b8f1c0e5d77';
@@ -15,6 +15,7 @@ export interface RequestMeta {
   actor: string;
   project_id?: string;
   tenant_id?: string;
+  /** `idem:<Idempotency-Key>` for a request the client may repeat, else an id of this request alone. */
   request_key: string;
   /** Counts commands within one request, so event ids stay unique and deterministic. */
   sequence: { next: number };
@@ -44,6 +45,14 @@ interface CacheEntry<State> {
   position: number | Promise<number>;
 }
 
+/** A request the client may send again (with its Idempotency-Key: see api/http/app.ts), whose event ids are then the same. */
+const isRepeatable = (requestKey: string) => requestKey.startsWith('idem:');
+
+/** A refusal decided on a state that includes an append still on its way (`append`: its position). */
+class RefusedBehindAppend {
+  constructor(readonly refusal: unknown, readonly append: Promise<number>) {}
+}
+
 /**
  * Runs commands: load the stream's state, decide, append with the expected revision.
  *
@@ -53,7 +62,8 @@ interface CacheEntry<State> {
  * conflicting. The expected revision still guards every append: if another process wrote the stream,
  * or an earlier append failed, the append fails, the cache entry is dropped and the command is decided
  * again on fresh state (bounded). A decision that appends nothing (no change, or a refusal) has no
- * expected revision to guard it, so it stands only after a look at the stream's current revision.
+ * expected revision to guard it, so it stands only after a look at the stream's current revision, and
+ * once the appends it was decided behind are written (not failed, nor found to be idempotent replays).
  */
 export class CommandBus {
   private readonly cache = new Map<string, CacheEntry<unknown>>();
@@ -97,12 +107,20 @@ export class CommandBus {
     }
     // A refusal or a decision that changes nothing appends nothing, so no expected revision would catch a
     // cached state that another node has moved past (a key it created, a value it changed): such an
-    // answer stands only on the stream as it is.
-    if (events === undefined || events.length === 0) {
+    // answer stands only on the stream as it is. Nor does the expected revision guard the repeat of a
+    // request sent with an Idempotency-Key: its event ids are the first one's, which the log answers as a
+    // replay; if another node wrote them just past the cached state, that replay sits at the very revision
+    // expected here and would pass for this decision's append (its own times, not the log's, answered and cached).
+    if (events === undefined || events.length === 0 || isRepeatable(meta.request_key)) {
       if (cached && (await this.isStale(stream, cached))) {
         entry = await this.reload(stream, decider);
         events = decider.decide(command, entry.state, context);
-      } else if (events === undefined) throw refusal;
+      } else if (events === undefined) {
+        // Refused on a state that includes an append on its way, which may still fail or turn out to be an
+        // idempotent replay that writes nothing: the refusal stands only once that append is written (handleAll).
+        if (entry.position instanceof Promise) throw new RefusedBehindAppend(refusal, entry.position);
+        throw refusal;
+      }
     }
     if (events.length === 0) {
       return { result: { events, state: entry.state, revision: entry.revision }, entry, newEvents: undefined, expected: entry.revision as ExpectedRevision };
@@ -125,8 +143,19 @@ export class CommandBus {
     return { result: { events, state, revision: entry.revision + events.length }, entry, newEvents, expected, lastEventId: entry.lastEventId };
   }
 
-  /** Caches the state after an append that is on its way, so the next command on the stream is decided on it. */
-  private pending<State>(stream: string, decided: { result: { state: State; revision: number }; newEvents?: NewEvent[] }, position: Promise<number>): CacheEntry<State> {
+  /**
+   * Caches the state after an append that is on its way, so the next command on the stream is decided on it.
+   * That state stands only if the append writes its events: one that turns out to be an idempotent replay
+   * (the ids are in the log already, at an earlier revision) wrote nothing, so what was decided on it is
+   * decided again, as after a version conflict.
+   */
+  private pending<State>(
+    stream: string, decided: { result: { state: State; revision: number }; newEvents?: NewEvent[]; expected: ExpectedRevision }, appended: Promise<AppendResult>,
+  ): CacheEntry<State> {
+    const position = appended.then(({ revision, position: at }) => {
+      if (revision !== decided.result.revision) throw new WrongExpectedVersionError(stream, decided.expected, revision);
+      return at;
+    });
     position.catch(() => undefined);
     const next: CacheEntry<State> = { state: decided.result.state, revision: decided.result.revision, lastEventId: decided.newEvents?.at(-1)?.id, position };
     this.remember(stream, next);
@@ -166,10 +195,16 @@ export class CommandBus {
             : Promise.all(before).then(() => this.store.appendAll(appends));
         const entries = each.map((d, i) => {
           const k = writing.findIndex((w) => w.i === i);
-          return k < 0 || !append ? d.entry : this.pending(streams[i]!, d, append.then((r) => r[k]!.position));
+          return k < 0 || !append ? d.entry : this.pending(streams[i]!, d, append.then((r) => r[k]!));
         });
         return { each, entries, append, writing };
-      });
+      }).catch((error: unknown) => (error instanceof RefusedBehindAppend ? error : Promise.reject(error)));
+      if (decided instanceof RefusedBehindAppend) {
+        const outcome = await decided.append.then(() => ({ written: true as const }), (error: unknown) => ({ written: false as const, error }));
+        if (outcome.written) throw decided.refusal;
+        if (attempt >= MAX_ATTEMPTS) throw outcome.error;
+        continue; // the refusal was decided on a state that never was: decide again on the log's
+      }
       try {
         const appended = decided.append ? await decided.append : [];
         decided.writing.forEach(({ i, stream }, k) => {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { CommandBus, type RequestMeta } from '../../commands/bus.js';
 import { configDecider, configStream, valueHash } from '../../domain/config/decider.js';
+import { memoryDecider, memoryStream } from '../../domain/memory/decider.js';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import type { EventStore, StreamAppend } from '../../infra/eventstore/port.js';
 
@@ -206,4 +207,71 @@ t.test('state: the stream as the next command would see it, appends on their way
   t.equal(fresh.state.values.get('k'), valueHash(2), 'another writer\'s append is seen');
   t.equal(fresh.revision, 1);
   t.equal((await store.readStream(stream)).length, 2, 'looking appends nothing');
+});
+
+t.test('a command decided behind the repeat of an earlier request stands only on what the log holds', async (t) => {
+  const store = new EmbeddedEventStore(join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db'));
+  t.teardown(() => store.close());
+  const bus = new CommandBus(store);
+  const stream = configStream('p');
+  const keyed = (key: string): RequestMeta => ({ ...meta(), request_key: `idem:${key}` });
+  const setKey = (key: string, value: number) => ({ type: 'SetConfigValue' as const, data: { project_id: 'p', key, value } });
+  const del = (key: string) => ({ type: 'DeleteConfigValue' as const, data: { project_id: 'p', key } });
+  const last = async () => (await store.readStream(stream)).at(-1)!;
+
+  await bus.handle(stream, configDecider, setKey('k', 1), keyed('A'));
+  await bus.handle(stream, configDecider, setKey('k', 2), meta());
+  // The repeat decides its first event again, which the log answers as a replay: nothing is written, so
+  // k = 1 sent right behind it (decided on the state the repeat would have left) is a change, not a no-op.
+  const [repeat, behind] = await Promise.all([
+    bus.handle(stream, configDecider, setKey('k', 1), keyed('A')),
+    bus.handle(stream, configDecider, setKey('k', 1), meta()),
+  ]);
+  t.equal(repeat.revision, 0, 'the repeat answers the first request');
+  t.same(behind.events.map((e) => (e.type === 'ConfigValueSet' ? e.data.value : e.type)), [1], 'k = 1 behind it is written');
+  t.same([(await last()).data.key, (await last()).data.value], ['k', 1]);
+
+  await bus.handle(stream, configDecider, del('k'), keyed('D'));
+  await bus.handle(stream, configDecider, setKey('k', 3), meta());
+  // The same for a refusal: behind the repeated deletion, k looks deleted, but it is not.
+  const [deletedAgain, deleted] = await Promise.all([
+    bus.handle(stream, configDecider, del('k'), keyed('D')),
+    bus.handle(stream, configDecider, del('k'), meta()),
+  ]);
+  t.ok(deletedAgain.revision < deleted.revision, 'the repeat answers the first deletion');
+  t.same(deleted.events.map((e) => e.type), ['ConfigValueDeleted'], 'the deletion behind it is not refused: k = 3 was live');
+  t.equal((await last()).type, 'ConfigValueDeleted');
+  const value = await bus.state(stream, configDecider, meta());
+  t.notOk(value.state.values.has('k'), 'k is deleted in the log and in the bus\'s state');
+});
+
+t.test('a request repeated on a node whose cached state is just before the first one (written by another node) answers what the log holds', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const [storeA, storeB] = [new EmbeddedEventStore(file), new EmbeddedEventStore(file)];
+  t.teardown(async () => { await storeA.close(); await storeB.close(); });
+  // Two API nodes on one log behind a load balancer, with clocks a day apart so their decisions differ.
+  const nodeA = new CommandBus(storeA, () => new Date('2026-01-01T00:00:00.000Z'));
+  const nodeB = new CommandBus(storeB, () => new Date('2026-01-02T00:00:00.000Z'));
+  const keyed = (key: string): RequestMeta => ({ ...meta(), request_key: `idem:${key}` });
+
+  const config = configStream('p');
+  await nodeA.handle(config, configDecider, set(0), meta()); // node A caches revision 0
+  const first = await nodeB.handle(config, configDecider, { type: 'SetConfigValue', data: { project_id: 'p', key: 'j', value: 1 } }, keyed('K'));
+  // The client did not get B's answer and sends the request again; A's cache is exactly one request behind.
+  const repeat = await nodeA.handle(config, configDecider, { type: 'SetConfigValue', data: { project_id: 'p', key: 'j', value: 1 } }, keyed('K'));
+  t.same(repeat.events, first.events, 'the events the log holds, with node B\'s time, not a decision of node A\'s that was never written');
+  t.same([repeat.revision, repeat.position], [first.revision, first.position]);
+  t.equal((await storeA.readStream(config)).length, 2, 'nothing written');
+
+  const memory = memoryStream('ag', 'us');
+  const storeText = (text: string) => ({ type: 'StoreMemory' as const, data: { agent: 'ag', user: 'us', text } });
+  await nodeA.handle(memory, memoryDecider, storeText('first'), meta());
+  const stored = await nodeB.handle(memory, memoryDecider, storeText('second'), keyed('M'));
+  const { memory_id: id, created_at: createdAt } = stored.events[0]!.data as { memory_id: string; created_at: string };
+  const again = await nodeA.handle(memory, memoryDecider, storeText('second'), keyed('M'));
+  t.equal(again.state.memories.get(id)?.created_at, createdAt, 'the repeat answers the memory as the log holds it');
+  // And node A's cached state is the log's: a later store of the text answers the memory as node B created it.
+  const later = await nodeA.handle(memory, memoryDecider, storeText('second'), meta());
+  t.same(later.events, []);
+  t.equal(later.state.memories.get(id)?.created_at, createdAt, 'created at node B\'s time, as the log says');
 });
