@@ -92,14 +92,19 @@ export class Retrieval {
     return semantic.index.search(scope, semantic.embedder.model, embedding!, limit);
   }
 
-  /** Texts and timestamps from the read model; a hit whose memory is gone (deleted meanwhile) is dropped. */
+  /**
+   * Texts and timestamps from the read model, in one query (one round trip to MongoDB rather than one per hit,
+   * and one snapshot); a hit whose memory is gone (deleted meanwhile) is dropped.
+   */
   private async hydrate(scope: Scope, hits: Hit[]): Promise<ScoredMemory[]> {
-    const out: ScoredMemory[] = [];
-    for (const hit of hits) {
-      const doc = await this.deps.reads.get<MemoryDoc>(MEMORIES, memoryDocId(scope.agent, scope.user, hit.id));
-      if (doc) out.push({ ...toView(doc), score: hit.score });
-    }
-    return out;
+    if (hits.length === 0) return [];
+    const ids = hits.map((hit) => memoryDocId(scope.agent, scope.user, hit.id));
+    const page = await this.deps.reads.find<MemoryDoc>(MEMORIES, { where: { id: { $in: ids } }, limit: ids.length });
+    const docs = new Map(page.items.map((doc) => [doc.id, doc]));
+    return hits.flatMap((hit, i) => {
+      const doc = docs.get(ids[i]!);
+      return doc ? [{ ...toView(doc), score: hit.score }] : [];
+    });
   }
 
   async personality(scope: Scope): Promise<PersonalityDoc | undefined> {
