@@ -43,7 +43,7 @@ const projections = allProjections(config, memory.sinks).filter((p) => variant =
   || ((variant === 'memory' || variant === 'novec') && !platformNames.includes(p.name)));
 for (const p of projections) runners.set(p.name, new ProjectionRunner(p, events, reads, log));
 for (const r of runners.values()) await r.start();
-const app = createMemoryApp(memory.routes, { authenticate: async () => ({ kind: 'owner' }), waitFor }, config, log);
+const app = createMemoryApp(memory.routes, { authenticate: async () => ({ kind: 'owner', verified: true }), waitFor }, config, log);
 const server = createServer(app.callback());
 await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
 const port = (server.address() as AddressInfo).port;

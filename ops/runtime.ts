@@ -3,6 +3,7 @@ import { ProblemError } from '../api/http/problem.js';
 import { Validator } from '../api/http/validation.js';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import { hostname, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { InvalidArgumentError } from 'commander';
 import type { RequestMeta } from '../commands/bus.js';
@@ -109,13 +110,27 @@ export function stopOnSignals(message: string): { signal: AbortSignal; release: 
   };
 }
 
+/**
+ * Who runs this command, for the events' `actor`: `ops:<login>@<host>`. The login is the OS user's, or
+ * $USER/$LOGNAME, or the uid where the account has no name (a container's arbitrary uid).
+ */
+export function opsActor(): string {
+  let login: string;
+  try {
+    login = userInfo().username;
+  } catch {
+    login = process.env.USER || process.env.LOGNAME || `uid-${process.getuid?.() ?? 'unknown'}`;
+  }
+  return `ops:${login}@${hostname()}`;
+}
+
 /** Metadata of one operator command: a fresh request id serves as correlation, causation and idempotency key. */
 export function opsRequestMeta(scope: { project_id?: string; tenant_id?: string } = {}): RequestMeta {
   const requestId = randomUUID();
   return {
     correlation_id: requestId,
     causation_id: requestId,
-    actor: 'ops',
+    actor: opsActor(),
     ...scope,
     request_key: requestId,
     sequence: { next: 0 },

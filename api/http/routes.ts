@@ -16,7 +16,8 @@ export type Principal =
   | { kind: 'none' }
   | { kind: 'key'; key_id: string; project_id: string; tenant_id: string; scopes: string[] }
   | { kind: 'session'; user_id: string; tenant_id: string }
-  | { kind: 'owner' };
+  /** The memory service's caller: `verified` when MEMORY_OWNER_TOKEN is set (and was presented), false when none is configured. */
+  | { kind: 'owner'; verified: boolean };
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
 
@@ -116,7 +117,8 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
         meta.actor = `user:${principal.user_id}`;
         meta.tenant_id = principal.tenant_id;
       } else if (principal.kind === 'owner') {
-        meta.actor = 'owner';
+        // Without MEMORY_OWNER_TOKEN anyone who reaches the port may write: the log does not claim it was the owner.
+        meta.actor = principal.verified ? 'owner' : 'anonymous';
       }
       const rawQuery = { ...ctx.query } as Record<string, unknown>;
       const minPosition = takeMinPosition(ctx, rawQuery, def.readModels !== undefined);

@@ -29,12 +29,12 @@ export function memoryGuard(allowedHosts: string[] | undefined) {
 export function ownerAuthenticator(ownerToken: string | undefined) {
   const expected = ownerToken ? createHash('sha256').update(ownerToken).digest() : undefined;
   return async (ctx: Koa.Context): Promise<Principal> => {
-    if (!expected) return { kind: 'owner' };
+    if (!expected) return { kind: 'owner', verified: false };
     const match = /^Bearer\s+(\S+)$/i.exec(ctx.get('Authorization'));
     if (!match) throw unauthorized('owner token required: Authorization: Bearer <MEMORY_OWNER_TOKEN>');
     // Hashing both sides gives equal lengths, so timingSafeEqual never leaks the token's length.
     const presented = createHash('sha256').update(match[1]!).digest();
     if (!timingSafeEqual(presented, expected)) throw unauthorized('owner token is not valid');
-    return { kind: 'owner' };
+    return { kind: 'owner', verified: true };
   };
 }

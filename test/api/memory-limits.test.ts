@@ -1,6 +1,7 @@
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { request } from 'node:http';
 import t, { type Test } from 'tap';
+import { memoryStream } from '../../domain/memory/decider.js';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
 
 /** Every rule of the memory spec at its edge: exactly at the limit passes, one past it fails with a problem. */
@@ -328,6 +329,10 @@ t.test('owner token, browser and host guard', async (t) => {
   const auth = { Authorization: 'Bearer owner-secret-token' };
 
   t.equal((await send(guarded, 'POST', '/v1/memories', { json: body, headers: auth })).status, 200, 'right token');
+  const actorOf = async (on: TestCairn) => (await on.events.readStream(memoryStream(scope.agent, scope.user))).at(-1)!.metadata.actor;
+  t.equal(await actorOf(guarded), 'owner', 'the events of a request with the token name the owner');
+  t.equal((await send(app, 'POST', '/v1/memories', { json: { scope, text: 'unguarded' } })).status, 200);
+  t.equal(await actorOf(app), 'anonymous', 'without a configured token the log does not claim it was the owner');
   const missing = await send(guarded, 'POST', '/v1/memories', { json: body });
   t.equal(missing.status, 401, 'missing token');
   t.equal(missing.headers.get('www-authenticate'), 'Bearer');

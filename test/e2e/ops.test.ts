@@ -2,7 +2,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -222,6 +222,11 @@ t.test('commands that only read or append events work while the read store canno
   t.equal((JSON.parse(streams!.stdout) as unknown[]).length, 2, 'the project and its key');
   t.match(JSON.parse(shown!.stdout), [{ type: 'ProjectCreated' }]);
   t.match(JSON.parse(tailed!.stdout), { position: 1, type: 'ProjectCreated' });
+  // The log says which operator account made them, as the API's events name their key or user.
+  const actor = `ops:${userInfo().username}@${hostname()}`;
+  t.equal(JSON.parse(shown!.stdout)[0].actor, actor);
+  const keyEvents = JSON.parse((await start(['events', 'tail', '--from', '0', '--count', '2', '--json'], dir).done).stdout.trim().split('\n')[1]!);
+  t.match(keyEvents, { type: 'ApiKeyCreated', actor });
   // What needs the read models still says why it cannot run.
   const status = await start(['projections', 'status'], dir).done;
   t.equal(status.code, 1);
