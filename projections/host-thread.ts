@@ -8,14 +8,15 @@ import type { Config } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
 import { lowerThreadPriority } from '../infra/nice.js';
 import { openStores } from '../infra/stores.js';
-import { HEARTBEAT_INTERVAL_MS } from './health.js';
-import type { HostReport, SinkNote } from './host.js';
+import { describeError, HEARTBEAT_INTERVAL_MS } from './health.js';
+import type { ControlRequest, HostReport, SinkNote } from './host.js';
 import { allProjections } from './index.js';
 import { Reembedder } from './memory/reembed.js';
 import type { IndexSink } from './memory/sync.js';
 import { ProjectionRunner } from './runner.js';
 
-const { config, logLevel, vectors } = workerData as { config: Config; logLevel: string; vectors: boolean };
+/** `paused`: projections the host has paused (see ProjectionHost.pause), not started here until resumed. */
+const { config, logLevel, vectors, paused } = workerData as { config: Config; logLevel: string; vectors: boolean; paused: string[] };
 const log = createLogger(logLevel).child({ thread: 'projections' });
 // Under load the HTTP thread and the log's writer (acknowledging writes) go first; the runners catch up
 // in the gaps, with larger and so cheaper batches.
@@ -52,15 +53,18 @@ const projections = allProjections(config, {
 // what has arrived and applies it at once, with no second window of its own.
 const runners = projections.map((p) => new ProjectionRunner(p, events, reads, log, { batchWindowMs: 0 }));
 for (const runner of runners) {
-  await runner.start();
+  if (paused.includes(runner.name)) await runner.pause();
+  else await runner.start();
   runner.onProgress((position) => { report().positions[runner.name] = position; });
   runner.onFailure((failure) => { report().failures[runner.name] = failure; });
 }
+// A paused runner has not read its checkpoint: the host keeps what the thread before this one reported.
+const running = runners.filter((r) => !r.isPaused);
 port.postMessage({
   ready: true,
   notes: pending?.notes ?? [],
-  positions: Object.fromEntries(runners.map((r) => [r.name, r.currentPosition])),
-  failures: Object.fromEntries(runners.map((r) => [r.name, r.failure ?? null])),
+  positions: Object.fromEntries(running.map((r) => [r.name, r.currentPosition])),
+  failures: Object.fromEntries(running.map((r) => [r.name, r.failure ?? null])),
 } satisfies HostReport);
 pending = undefined;
 // The heartbeat: a report (empty when nothing happened) every interval, so a blocked event loop shows.
@@ -71,6 +75,18 @@ const reembedder = new Reembedder(config, events, reads, log);
 port.on('message', async (message: unknown) => {
   if (typeof message === 'object' && message !== null && 'reembed' in message) {
     reembedder.start((message as { reembed: string[] }).reembed);
+    return;
+  }
+  if (typeof message === 'object' && message !== null && 'control' in message) {
+    const { id, control, projection } = message as ControlRequest;
+    try {
+      const runner = runners.find((r) => r.name === projection);
+      if (!runner) throw new Error(`unknown projection ${projection}`);
+      await (control === 'pause' ? runner.pause() : runner.resume());
+      port.postMessage({ controlled: { id } } satisfies HostReport);
+    } catch (error) {
+      port.postMessage({ controlled: { id, error: describeError(error) } } satisfies HostReport);
+    }
     return;
   }
   if (message !== 'stop') return;

@@ -29,6 +29,16 @@ export interface ProjectionHost {
   health(): HostHealth;
   /** Re-embeds vectors of these earlier local embedder models, in the background (see Reembedder); one rebuild at a time. */
   reembed(older: string[]): void;
+  /**
+   * Stops applying events to `name` until resume(name), e.g. to hold a read model back in a test, or while an operator
+   * looks into it: its read model and position stay where they are (a batch being applied is committed first, with
+   * its checkpoint), and waits for later positions wait, bounded as ever. A projection thread started to replace one
+   * that exited keeps it paused; the host's stop() ends it. Pausing a paused projection does nothing; pauses and
+   * resumes take effect in the order called. Resolves once the runner has stopped.
+   */
+  pause(name: string): Promise<void>;
+  /** Applies events to a paused projection again, from its stored checkpoint; resolves once its runner has started. */
+  resume(name: string): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -46,6 +56,7 @@ export async function startProjectionHost(options: HostOptions): Promise<Project
 
 class InlineHost implements ProjectionHost {
   readonly mode = 'inline' as const;
+  private stopping = false;
   private constructor(
     private readonly runners: Map<string, ProjectionRunner>,
     private readonly board: HealthBoard,
@@ -80,7 +91,16 @@ class InlineHost implements ProjectionHost {
 
   reembed(older: string[]): void { this.reembedder.start(older); }
 
+  async pause(name: string): Promise<void> { await this.controllable(name).pause(); }
+  async resume(name: string): Promise<void> { await this.controllable(name).resume(); }
+
+  private controllable(name: string): ProjectionRunner {
+    if (this.stopping) throw new Error('the projections are stopped');
+    return this.runner(name);
+  }
+
   async stop(): Promise<void> {
+    this.stopping = true;
     await this.reembedder.stop();
     for (const runner of this.runners.values()) await runner.stop();
   }
@@ -96,6 +116,15 @@ export interface HostReport {
   notes?: SinkNote[];
   positions?: Record<string, number>;
   failures?: Record<string, ProjectionFailure | null>;
+  /** A ControlRequest carried out (or not: `error`). */
+  controlled?: { id: number; error?: string };
+}
+
+/** What the HTTP thread asks of the projection thread's runner `projection` (see ProjectionHost.pause). */
+export interface ControlRequest {
+  id: number;
+  control: 'pause' | 'resume';
+  projection: string;
 }
 export type SinkNote =
   | { sink: 'keys'; batch: string[] | 'all' }
@@ -115,6 +144,11 @@ class ThreadHost implements ProjectionHost {
   private running = false;
   private heardAt = 0;
   private restarts = 0;
+  /** Paused projections: a thread started to replace one that exited starts with them paused. */
+  private readonly paused = new Set<string>();
+  /** ControlRequests sent to the running thread, by id, until it answers or exits. */
+  private readonly controls = new Map<number, (error?: string) => void>();
+  private nextControl = 1;
 
   private constructor(private readonly options: HostOptions, readonly names: readonly string[]) {
     this.progress.setMaxListeners(0);
@@ -130,7 +164,7 @@ class ThreadHost implements ProjectionHost {
 
   private launch(): Promise<void> {
     const { config, sinks, log } = this.options;
-    const worker = startWorker(import.meta.url, './host-thread', { config, logLevel: log.level, vectors: sinks.vectors !== undefined });
+    const worker = startWorker(import.meta.url, './host-thread', { config, logLevel: log.level, vectors: sinks.vectors !== undefined, paused: [...this.paused] });
     this.worker = worker;
     return new Promise((resolve, reject) => {
       let ready = false;
@@ -148,6 +182,9 @@ class ThreadHost implements ProjectionHost {
         if (!ready) reject(error);
       });
       worker.on('exit', (code) => {
+        // What it was asked and did not answer, its replacement starts with (`paused`).
+        for (const settle of this.controls.values()) settle();
+        this.controls.clear();
         if (this.worker !== worker || this.stopping) return;
         this.worker = undefined;
         this.running = false;
@@ -192,6 +229,10 @@ class ThreadHost implements ProjectionHost {
       this.progress.emit(name, position);
     }
     for (const [name, failure] of Object.entries(report.failures ?? {})) this.board.failed(name, failure);
+    if (report.controlled) {
+      this.controls.get(report.controlled.id)?.(report.controlled.error);
+      this.controls.delete(report.controlled.id);
+    }
   }
 
   health(): HostHealth {
@@ -212,6 +253,24 @@ class ThreadHost implements ProjectionHost {
   }
 
   reembed(older: string[]): void { this.worker?.postMessage({ reembed: older }); }
+
+  pause(name: string): Promise<void> { return this.control('pause', name); }
+  resume(name: string): Promise<void> { return this.control('resume', name); }
+
+  /** Notes it in `paused` (for a thread started later), asks the running thread, if any, and waits for its answer or its exit. */
+  private control(control: ControlRequest['control'], projection: string): Promise<void> {
+    if (this.stopping) return Promise.reject(new Error('the projections are stopped'));
+    if (!this.names.includes(projection)) return Promise.reject(new Error(`unknown projection ${projection}`));
+    if (control === 'pause') this.paused.add(projection);
+    else this.paused.delete(projection);
+    const worker = this.worker;
+    if (!worker) return Promise.resolve();
+    const id = this.nextControl++;
+    return new Promise((resolve, reject) => {
+      this.controls.set(id, (error) => (error === undefined ? resolve() : reject(new Error(error))));
+      worker.postMessage({ id, control, projection } satisfies ControlRequest);
+    });
+  }
 
   waitFor(name: string, position: number, timeoutMs: number, signal?: AbortSignal): Promise<void> {
     return waitForPosition(this.progress, name, () => this.position(name), name, position, timeoutMs, signal);

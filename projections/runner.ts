@@ -76,6 +76,11 @@ export class ProjectionRunner {
   private started = false;
   /** Set while afterCommit runs: a failure there may leave in-process state past the stored checkpoint. */
   private afterCommitFailed = false;
+  /** The event whose `apply` threw in the batch that failed: named in the failure, so an operator can find it. */
+  private failedEvent: RecordedEvent | undefined;
+  private paused = false;
+  /** Pauses and resumes, one after another in the order asked for. */
+  private control: Promise<unknown> = Promise.resolve();
 
   constructor(
     readonly projection: Projection,
@@ -166,8 +171,12 @@ export class ProjectionRunner {
         if (this.moved && !this.abort.signal.aborted) await this.reload();
       } catch (error) {
         if (this.abort.signal.aborted) return;
+        const event = this.failedEvent;
         this.fail(error);
-        this.log?.error({ err: error, projection: this.name }, 'projection failed; retrying from its checkpoint');
+        this.log?.error({
+          err: error, projection: this.name,
+          ...(event && { event: { position: event.position, id: event.id, type: event.type, stream: event.stream } }),
+        }, 'projection failed; retrying from its checkpoint');
         await new Promise((r) => setTimeout(r, RETRY_DELAY_MS));
         // Only a failure after a commit (in afterCommit) can have left in-process state past the checkpoint.
         await this.reload({ reset: this.afterCommitFailed }).catch(() => undefined);
@@ -245,10 +254,19 @@ export class ProjectionRunner {
       return true;
     }
     this.applying = relevant[0]!.position;
+    this.failedEvent = undefined;
     await this.projection.prepare?.(relevant, this.events);
     const ok = await this.commit(last, async (writer) => {
-      for (const event of relevant) await this.projection.apply(event, writer);
+      for (const event of relevant) {
+        try {
+          await this.projection.apply(event, writer);
+        } catch (error) {
+          this.failedEvent = event;
+          throw error;
+        }
+      }
     });
+    this.failedEvent = undefined;
     this.applying = undefined;
     if (!ok) return false;
     this.afterCommitFailed = true;
@@ -275,13 +293,19 @@ export class ProjectionRunner {
     if (this.failing && position >= this.failing.until) this.recovered();
   }
 
-  /** Counts a failure: the batch being applied, if that is where it happened, has to be applied to end it. */
+  /**
+   * Counts a failure: the batch being applied, if that is where it happened, has to be applied to end it. An event
+   * whose `apply` threw is named by type and position (not by stream: /readyz is public, and stream names carry ids).
+   */
   private fail(error: unknown): void {
     const now = new Date().toISOString();
     const previous = this.failing?.failure;
-    const failure = { message: describeError(error), since: previous?.since ?? now, count: (previous?.count ?? 0) + 1, last_at: now };
+    const event = this.failedEvent;
+    const message = describeError(error) + (event ? ` (applying ${event.type} at position ${event.position})` : '');
+    const failure = { message, since: previous?.since ?? now, count: (previous?.count ?? 0) + 1, last_at: now };
     const batch = this.applying;
     this.applying = undefined;
+    this.failedEvent = undefined;
     this.failing = { failure, until: batch ?? this.position + 1, batch: batch !== undefined };
     this.reportFailure(failure);
   }
@@ -364,7 +388,41 @@ export class ProjectionRunner {
   /** Set while the runner retries after an error. */
   get failure(): ProjectionFailure | undefined { return this.failing?.failure; }
 
-  async stop(): Promise<void> {
+  /**
+   * Stops applying events until resume() (see ProjectionHost.pause): a batch being applied is committed first,
+   * and the checkpoint stored. Pausing a paused runner does nothing.
+   */
+  pause(): Promise<void> {
+    return this.serially(async () => {
+      if (this.paused) return;
+      this.paused = true;
+      await this.halt();
+    });
+  }
+
+  /** Starts a paused runner again from its stored checkpoint; resuming one that is not paused does nothing. */
+  resume(): Promise<void> {
+    return this.serially(async () => {
+      if (!this.paused) return;
+      await this.start();
+      this.paused = false;
+    });
+  }
+
+  get isPaused(): boolean { return this.paused; }
+
+  private serially(step: () => Promise<void>): Promise<void> {
+    const run = this.control.then(step);
+    this.control = run.catch(() => undefined);
+    return run;
+  }
+
+  /** A batch being applied is committed first, and the checkpoint stored; after any pause or resume asked for before. */
+  stop(): Promise<void> {
+    return this.serially(() => this.halt());
+  }
+
+  private async halt(): Promise<void> {
     this.abort.abort();
     await this.loop;
     clearTimeout(this.recovery);

@@ -1,5 +1,4 @@
 import t, { type Test } from 'tap';
-import type { ProjectionRunner } from '../../projections/runner.js';
 import { connect } from 'node:net';
 import { bearer, projectWithKey, sessionToken, startTestCairn, type TestCairn } from '../support/cairn.js';
 import { until } from '../support/logs.js';
@@ -13,25 +12,18 @@ import { until } from '../support/logs.js';
 /** Long enough for a restarted runner to catch up inside a wait on a busy machine; POST /projects waits this long. */
 const TIMEOUT_MS = 3_000;
 
-/** A projection runner of an app whose runners run in the HTTP thread (PROJECTIONS_THREAD=false): stopping it holds its read model back. */
-function runnerOf(app: TestCairn, name: string): ProjectionRunner {
-  const runner = (app.projections as unknown as { runners?: Map<string, ProjectionRunner> }).runners?.get(name);
-  if (!runner) throw new Error(`no runner ${name} in the HTTP thread`);
-  return runner;
-}
-
 async function projectWhileProjectsLag(t: Test) {
-  const app = await startTestCairn({ PROJECTIONS_THREAD: 'false', CONSISTENCY_TIMEOUT_MS: String(TIMEOUT_MS) });
-  const projects = runnerOf(app, 'projects');
-  // Started again before the app stops (stopping waits for every read model to reach the log's head).
-  t.teardown(async () => { await projects.start().catch(() => undefined); await app.stop(); });
-  await projects.stop();
+  const app = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: String(TIMEOUT_MS) });
+  // Paused (ProjectionHost.pause) to hold its read model back; resumed before the app stops (stopping waits for
+  // every read model to reach the log's head).
+  t.teardown(async () => { await app.projections.resume('projects').catch(() => undefined); await app.stop(); });
+  await app.projections.pause('projects');
   const session = await sessionToken({ tenant_id: 'tenant-lagging' });
   const created = await app.platform('/projects', { method: 'POST', headers: bearer(session), json: { name: 'Lagging' } });
   t.equal(created.status, 200, 'created, answered from its event');
   const { project_id: projectId } = (await created.json()) as { project_id: string };
   t.equal(await app.reads.get('projects', projectId), undefined, 'the projects read model does not have it');
-  return { app, projects, session, projectId, position: created.headers.get('x-event-position')! };
+  return { app, session, projectId, position: created.headers.get('x-event-position')! };
 }
 
 t.test('commands on a project just created find it although the projects read model lags', async (t) => {
@@ -51,20 +43,20 @@ t.test('commands on a project just created find it although the projects read mo
 });
 
 t.test('listing a new project\'s keys with X-Min-Position waits for the projects read model too, not only for api-keys', async (t) => {
-  const { app, projects, session, projectId, position } = await projectWhileProjectsLag(t);
+  const { app, session, projectId, position } = await projectWhileProjectsLag(t);
   let answered = false;
   const listing = app.platform(`/projects/${projectId}/keys`, { headers: { ...bearer(session), 'X-Min-Position': position } })
     .finally(() => { answered = true; });
   await until('the listing answers or waits', () => answered || app.pendingWaits() > 0);
   t.notOk(answered, 'not answered (a 404) while the projects read model lacks the project');
-  await projects.start();
+  await app.projections.resume('projects');
   const res = await listing;
   t.equal(res.status, 200, 'answered once the projects read model has the project');
   t.same(await res.json(), []);
 });
 
 t.test('X-Min-Position and min_position together: the request waits for the later of the two', async (t) => {
-  const { app, projects, session, projectId, position } = await projectWhileProjectsLag(t);
+  const { app, session, projectId, position } = await projectWhileProjectsLag(t);
   let answered = false;
   // The header names an early position, the parameter the project's: taking either one alone (the header, as
   // before) would answer 404 at once.
@@ -72,7 +64,7 @@ t.test('X-Min-Position and min_position together: the request waits for the late
     .finally(() => { answered = true; });
   await until('the listing answers or waits', () => answered || app.pendingWaits() > 0);
   t.notOk(answered, 'waiting for the parameter\'s position');
-  await projects.start();
+  await app.projections.resume('projects');
   t.equal((await listing).status, 200);
   const invalid = await app.platform(`/projects/${projectId}/keys?min_position=abc`, { headers: { ...bearer(session), 'X-Min-Position': position } });
   t.equal(invalid.status, 400, 'each is checked: a malformed parameter is refused beside a valid header');
@@ -80,13 +72,12 @@ t.test('X-Min-Position and min_position together: the request waits for the late
 });
 
 t.test('a key whose creation answered before the api-keys read model had it works with X-Min-Position, on commands too', async (t) => {
-  const app = await startTestCairn({ PROJECTIONS_THREAD: 'false', CONSISTENCY_TIMEOUT_MS: String(TIMEOUT_MS) });
-  const keys = runnerOf(app, 'api-keys');
-  t.teardown(async () => { await keys.start().catch(() => undefined); await app.stop(); });
+  const app = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: String(TIMEOUT_MS) });
+  t.teardown(async () => { await app.projections.resume('api-keys').catch(() => undefined); await app.stop(); });
   const session = await sessionToken({ tenant_id: 'tenant-new-key' });
   const project = await app.platform('/projects', { method: 'POST', headers: bearer(session), json: { name: 'New key' } });
   const { project_id: projectId } = (await project.json()) as { project_id: string };
-  await keys.stop();
+  await app.projections.pause('api-keys');
   const created = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { name: 'late' } });
   t.equal(created.status, 200, 'the key is returned although its read model did not apply it in time');
   const { key } = (await created.json()) as { key: string };
@@ -97,7 +88,7 @@ t.test('a key whose creation answered before the api-keys read model had it work
   const waiting = put({ 'X-Min-Position': position }).finally(() => { answered = true; });
   await until('the command answers or waits', () => answered || app.pendingWaits() > 0);
   t.notOk(answered, 'with the key\'s X-Event-Position: authentication waits for the api-keys read model');
-  await keys.start();
+  await app.projections.resume('api-keys');
   t.equal((await waiting).status, 200, 'and the key works once it has it');
   t.equal((await put({ 'X-Min-Position': 'abc' })).status, 200, 'a malformed position is left to the route (a command ignores the header)');
 });

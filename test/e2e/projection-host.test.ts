@@ -128,7 +128,9 @@ t.test('PROJECTIONS_THREAD takes only true or false', async (t) => {
 });
 
 t.test('a graceful stop lets every read model apply what was written before it', async (t) => {
-  const app = await startTestCairn();
+  // The stop waits for the read models up to CONSISTENCY_TIMEOUT_MS: under load on a shared machine, applying the
+  // 8,000 events below took longer than the default 5 s.
+  const app = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '60000' });
   const scope = { agent: 'drain', user: 'u' };
   await Promise.all(Array.from({ length: 20 }, (_, i) => app.memory('/v1/memories', { method: 'POST', json: { scope, text: `memory ${i}` } })));
   // Then a large write straight to the log, and stop at once: the read models are well behind it then.

@@ -10,6 +10,7 @@ import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import type { ProjectionFailure } from '../../infra/readstore/port.js';
 import type { Projection } from '../../projections/projection.js';
 import { ProjectionRunner } from '../../projections/runner.js';
+import { capturingLogger } from '../support/logs.js';
 
 /** How a runner reports its failures: in memory (what /readyz shows) and beside its checkpoint (what `ops projections status` shows). */
 
@@ -139,4 +140,39 @@ t.test('a failure recorded before the runner started goes on: same since, counte
   t.same(idleReported.seen, [before, null]);
   await idle.stop();
   t.notOk('failure' in (await reads.checkpoint('stale')));
+});
+
+t.test('an event whose apply fails is named: by type and position in the failure, with its stream and id in the log', async (t) => {
+  const { events, reads } = stores(t);
+  const { lines, log } = capturingLogger();
+  let poisoned = true;
+  const projection: Projection = {
+    name: 'poisoned', collections: [{ name: 'poisoned_docs' }], canHandle: ['Wanted'],
+    async apply(e, w) {
+      if (poisoned && (e.data as { poison?: boolean }).poison) throw new TypeError('Cannot read properties of undefined (reading \'text\')');
+      await w.put('poisoned_docs', { id: e.id }, e.position);
+    },
+  };
+  const runner = new ProjectionRunner(projection, events, reads, log);
+  const reported = watch(runner);
+  await runner.start();
+  // One batch: a good event, then the poison one.
+  const appended = await events.append('scope-a', [event('Wanted'), { ...event('Wanted'), data: { poison: true } }], 'no_stream');
+  await reported.until((f) => f !== null);
+  const message = `TypeError: Cannot read properties of undefined (reading 'text') (applying Wanted at position ${appended.position})`;
+  t.equal(runner.failure!.message, message, 'the failure names the event by type and position (/readyz is public: no stream)');
+  const failed = lines.find((l) => l.msg === 'projection failed; retrying from its checkpoint')!;
+  t.match(failed, { projection: 'poisoned', event: { position: appended.position, type: 'Wanted', stream: 'scope-a', id: String } }, 'the log has the event, with its stream and id');
+  let stored = (await reads.checkpoint('poisoned')).failure;
+  for (let i = 0; i < 100 && stored === undefined; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    stored = (await reads.checkpoint('poisoned')).failure;
+  }
+  t.equal(stored?.message, message, 'and so does the failure beside the checkpoint (ops projections status)');
+  t.equal((await reads.checkpoint('poisoned')).position, appended.position - 2, 'the batch was not committed');
+
+  poisoned = false; // a fixed projection
+  await runner.waitFor(appended.position, 10_000);
+  t.equal(runner.failure, undefined);
+  await runner.stop();
 });

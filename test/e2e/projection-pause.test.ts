@@ -1,0 +1,122 @@
+import t, { type Test } from 'tap';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
+import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
+import { configDocId } from '../../projections/config/projection.js';
+import type { Projection } from '../../projections/projection.js';
+import { ProjectionRunner } from '../../projections/runner.js';
+import { bearer, projectWithKey, startTestCairn, type TestCairn } from '../support/cairn.js';
+import { until } from '../support/logs.js';
+
+/** ProjectionHost.pause / resume: one projection held back while the others go on, in either place the runners run. */
+
+/** Writes a config value and waits until `witness` (a projection that is not paused) has passed it. */
+async function putConfig(app: TestCairn, projectId: string, key: string, name: string, value: unknown) {
+  const put = await app.platform(`/projects/${projectId}/config/${name}`, { method: 'PUT', headers: bearer(key), json: value });
+  const position = Number(put.headers.get('x-event-position'));
+  await app.projections.waitFor('agents', position, 10_000);
+  return position;
+}
+
+async function pauseAndResume(t: Test, app: TestCairn) {
+  const { projectId, key } = await projectWithKey(app);
+  const before = app.projections.position('project-config');
+  await app.projections.pause('project-config');
+  await app.projections.pause('project-config'); // a second pause does nothing
+  const position = await putConfig(app, projectId, key, 'theme', 'dark');
+  t.equal(await app.reads.get('config_values', configDocId(projectId, 'theme')), undefined, 'a paused projection applies nothing');
+  t.ok(app.projections.position('project-config') < position, 'and reports no position past it');
+  t.ok(app.projections.position('project-config') >= before, 'nor one before where it was');
+
+  let answered = false;
+  const read = app.platform(`/projects/${projectId}/config/theme`, { headers: { ...bearer(key), 'X-Min-Position': String(position) } })
+    .finally(() => { answered = true; });
+  await until('the read waits', () => answered || app.pendingWaits() > 0);
+  t.notOk(answered, 'a read of its read model waits');
+  await app.projections.resume('project-config');
+  await app.projections.resume('project-config'); // a second resume does nothing
+  const res = await read;
+  t.equal(res.status, 200, 'and is answered once it is resumed');
+  t.same(await res.json(), 'dark');
+  await t.rejects(app.projections.pause('no-such-projection'), /unknown projection/);
+  return { projectId, key };
+}
+
+t.test('pausing a projection in the projection thread (the default)', async (t) => {
+  const app = await startTestCairn();
+  t.teardown(() => app.stop());
+  t.equal(app.projections.mode, 'thread');
+  const { projectId, key } = await pauseAndResume(t, app);
+
+  // A thread started to replace one that exited keeps the projection paused.
+  await app.projections.pause('project-config');
+  const first = app.projections.thread!;
+  await first.terminate();
+  await until('a new thread runs', () => app.projections.thread !== undefined && app.projections.thread !== first
+    && app.projections.health().thread.state === 'running', 10_000);
+  const position = await putConfig(app, projectId, key, 'later', 1);
+  t.equal(await app.reads.get('config_values', configDocId(projectId, 'later')), undefined, 'still paused in the new thread');
+  t.ok(app.projections.position('project-config') < position);
+  await app.projections.resume('project-config');
+  await app.projections.waitFor('project-config', position, 10_000);
+  t.match(await app.reads.get('config_values', configDocId(projectId, 'later')), { value: 1 }, 'resumed there');
+});
+
+t.test('pausing a projection in the HTTP thread (PROJECTIONS_THREAD=false)', async (t) => {
+  const app = await startTestCairn({ PROJECTIONS_THREAD: 'false' });
+  t.teardown(() => app.stop());
+  t.equal(app.projections.mode, 'inline');
+  await pauseAndResume(t, app);
+});
+
+t.test('a stopped host refuses to pause or resume', async (t) => {
+  for (const PROJECTIONS_THREAD of ['true', 'false']) {
+    const app = await startTestCairn({ PROJECTIONS_THREAD });
+    await app.stop();
+    await t.rejects(app.projections.resume('project-config'), /stopped/, `PROJECTIONS_THREAD=${PROJECTIONS_THREAD}`);
+  }
+});
+
+t.test('a runner\'s pauses, resumes and stop take effect in the order called', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'cairn-pause-'));
+  const events = new EmbeddedEventStore(join(dir, 'events.db'));
+  const reads = new EmbeddedReadStore(join(dir, 'readmodels.db'));
+  t.teardown(async () => { await reads.close(); await events.close(); rmSync(dir, { recursive: true, force: true }); });
+  const projection = (name: string): Projection => ({
+    name, collections: [{ name: `${name}_docs` }], canHandle: ['Wanted'],
+    async apply(e, w) { await w.put(`${name}_docs`, { id: e.id }, e.position); },
+  });
+  const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: '2026-01-01T00:00:00.000Z' };
+  const wanted = () => events.append(randomUUID(), [{ id: randomUUID(), type: 'Wanted', data: {}, metadata }], 'no_stream');
+  const runner = new ProjectionRunner(projection('held'), events, reads);
+  const witness = new ProjectionRunner(projection('witness'), events, reads);
+  await runner.start();
+  await witness.start();
+
+  // Not awaited one by one: a resume that started its runner while the pause before it was still stopping it
+  // would leave it stopped although resumed, or running although paused again.
+  void runner.pause();
+  await runner.resume();
+  const applied = await wanted();
+  await runner.waitFor(applied.position, 5000);
+  t.pass('resumed after the pause: the event is applied');
+
+  await runner.pause();
+  void runner.resume();
+  await runner.pause();
+  const held = await wanted();
+  await witness.waitFor(held.position, 5000);
+  t.ok(runner.isPaused, 'paused again');
+  t.ok(runner.currentPosition < held.position, 'paused: the event is not applied');
+  t.ok((await reads.checkpoint('held')).position < held.position);
+
+  void runner.resume();
+  await runner.stop(); // after the resume: nothing keeps running
+  const second = await wanted();
+  await witness.waitFor(second.position, 5000);
+  t.ok(runner.currentPosition < second.position, 'stopped after the resume');
+  await witness.stop();
+});
