@@ -12,6 +12,8 @@ const BATCH_WINDOW_MS = 2;
 const PERSIST_IDLE_CHECKPOINT_MS = 1000;
 /** How long a failed runner waits before it retries from its checkpoint. */
 const RETRY_DELAY_MS = 1000;
+/** How often a failure that keeps repeating is logged again. */
+const REPEAT_LOG_INTERVAL_MS = 60_000;
 /**
  * A failure outside a batch (reading the log, reloading the checkpoint, afterCommit; or one recorded
  * before this runner started) has no event whose application would show it over: it is over once the
@@ -78,6 +80,8 @@ export class ProjectionRunner {
   private afterCommitFailed = false;
   /** The event whose `apply` threw in the batch that failed: named in the failure, so an operator can find it. */
   private failedEvent: RecordedEvent | undefined;
+  /** The failure last logged, and when: a repeat of it is logged again only after REPEAT_LOG_INTERVAL_MS. */
+  private logged: { message: string; at: number } | undefined;
   private paused = false;
   /** Pauses and resumes, one after another in the order asked for. */
   private control: Promise<unknown> = Promise.resolve();
@@ -173,10 +177,18 @@ export class ProjectionRunner {
         if (this.abort.signal.aborted) return;
         const event = this.failedEvent;
         this.fail(error);
-        this.log?.error({
-          err: error, projection: this.name,
-          ...(event && { event: { position: event.position, id: event.id, type: event.type, stream: event.stream } }),
-        }, 'projection failed; retrying from its checkpoint');
+        const { message, count } = this.failing!.failure;
+        // Retried every second: the same failure is logged when it starts and then once a minute (with its count),
+        // not 86,400 stack traces a day; a different one at once.
+        const now = Date.now();
+        const repeat = this.logged?.message === message;
+        if (!repeat || now - this.logged!.at >= REPEAT_LOG_INTERVAL_MS) {
+          this.logged = { message, at: now };
+          this.log?.error({
+            err: error, projection: this.name, attempts: count,
+            ...(event && { event: { position: event.position, id: event.id, type: event.type, stream: event.stream } }),
+          }, repeat ? 'projection still failing; retrying from its checkpoint' : 'projection failed; retrying from its checkpoint');
+        }
         await new Promise((r) => setTimeout(r, RETRY_DELAY_MS));
         // Only a failure after a commit (in afterCommit) can have left in-process state past the checkpoint.
         await this.reload({ reset: this.afterCommitFailed }).catch(() => undefined);
@@ -311,7 +323,9 @@ export class ProjectionRunner {
   }
 
   private recovered(): void {
+    if (this.failing) this.log?.info({ projection: this.name, attempts: this.failing.failure.count, since: this.failing.failure.since }, 'projection recovered');
     this.failing = undefined;
+    this.logged = undefined;
     clearTimeout(this.recovery);
     this.reportFailure(null);
   }

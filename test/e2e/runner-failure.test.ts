@@ -171,8 +171,13 @@ t.test('an event whose apply fails is named: by type and position in the failure
   t.equal(stored?.message, message, 'and so does the failure beside the checkpoint (ops projections status)');
   t.equal((await reads.checkpoint('poisoned')).position, appended.position - 2, 'the batch was not committed');
 
+  await reported.until((f) => f !== null && f.count >= 3);
+  const logged = lines.filter((l) => /^projection (still )?failing|^projection failed/.test(l.msg));
+  t.equal(logged.length, 1, 'retried every second, the same failure is logged once (then once a minute), not on every attempt');
+
   poisoned = false; // a fixed projection
   await runner.waitFor(appended.position, 10_000);
   t.equal(runner.failure, undefined);
+  t.match(lines.find((l) => l.msg === 'projection recovered'), { projection: 'poisoned', attempts: Number }, 'its end is logged');
   await runner.stop();
 });
