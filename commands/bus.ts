@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { uuidV5 as uuidv5 } from '../infra/ids.js';
 import { WrongExpectedVersionError } from '../infra/eventstore/errors.js';
 import type { AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent } from '../infra/eventstore/port.js';
-import type { CommandContext, Decider, DomainEvent } from '../domain/shared/decider.js';
+import { isRepeatable, type CommandContext, type Decider, type DomainEvent } from '../domain/shared/decider.js';
 
 const EVENT_ID_NAMESPACE = '6f1c7a8e-3d1f-4b59-9a43-2b8f1c0e5d77';
 const MAX_ATTEMPTS = 5;
@@ -44,9 +44,6 @@ interface CacheEntry<State> {
   /** Position of the stream's last committed event, or the append that will produce it. */
   position: number | Promise<number>;
 }
-
-/** A request the client may send again (with its Idempotency-Key: see api/http/app.ts), whose event ids are then the same. */
-const isRepeatable = (requestKey: string) => requestKey.startsWith('idem:');
 
 /** A refusal decided on a state that includes an append still on its way (`append`: its position). */
 class RefusedBehindAppend {
@@ -173,6 +170,7 @@ export class CommandBus {
     const streams = steps.map((s) => s.stream);
     if (new Set(streams).size !== streams.length) throw new Error('handleAll: one command per stream');
     for (let attempt = 1; ; attempt++) {
+      let results: Array<CommandResult<unknown, DomainEvent>>;
       const decided = await this.withStreamLocks([...streams].sort(), async () => {
         const each = [];
         try {
@@ -216,7 +214,7 @@ export class CommandBus {
           const cached = this.cache.get(stream);
           if (appended[k]!.revision !== decided.each[i]!.result.revision && cached && cached.revision >= decided.each[i]!.result.revision) this.cache.delete(stream);
         });
-        return await Promise.all(decided.each.map(async (d, i) => {
+        results = await Promise.all(decided.each.map(async (d, i) => {
           const k = decided.writing.findIndex((w) => w.i === i);
           if (k >= 0) {
             const { position, revision } = appended[k]!;
@@ -234,7 +232,17 @@ export class CommandBus {
         // decided on it since, whose own append will fail too): the next command reads the stream from the log.
         if (decided.append) for (const { stream } of decided.writing) this.cache.delete(stream);
         if (!(error instanceof WrongExpectedVersionError) || attempt >= MAX_ATTEMPTS) throw error;
+        continue;
       }
+      // A refusal recorded for a request sent with an Idempotency-Key, appended now or, for a repeat, found in
+      // the log (the first request's): the answer is that refusal.
+      for (const [i, result] of results.entries()) {
+        for (const event of result.events) {
+          const refusal = steps[i]!.decider.refusal?.(event);
+          if (refusal) throw refusal;
+        }
+      }
+      return results;
     }
   }
 

@@ -19,9 +19,9 @@ type Written = EmittedBy<typeof projectDecider | typeof apiKeyDecider | typeof c
 const written: Record<Written, true> = {
   ProjectCreated: true,
   ApiKeyCreated: true, ApiKeyRevoked: true, ApiKeyUsed: true,
-  ConfigValueSet: true, ConfigValueDeleted: true,
+  ConfigValueSet: true, ConfigValueDeleted: true, ConfigValueDeletionRefused: true,
   AgentCreated: true, AgentNameReserved: true,
-  MemoryStored: true, MemoryUpdated: true, MemoryDeleted: true, PersonalitySet: true, FactsExtracted: true, ScopeDeleted: true,
+  MemoryStored: true, MemoryUpdated: true, MemoryDeleted: true, MemoryDeletionRefused: true, PersonalitySet: true, FactsExtracted: true, ScopeDeleted: true,
 };
 
 /**

@@ -1,12 +1,14 @@
 import { createHash } from 'node:crypto';
-import { DomainError, type Decider, type DomainEvent } from '../shared/decider.js';
+import { DomainError, isRepeatable, type Decider, type DomainEvent } from '../shared/decider.js';
 
 export const configStream = (projectId: string) => `config-${projectId}`;
 
 /** `request_key`: the request that made the change (its Idempotency-Key, or a fresh id), so a repeat of it is recognised; absent in older logs. */
 export type ConfigValueSet = DomainEvent<'ConfigValueSet', { project_id: string; key: string; value: unknown; set_at: string; request_key?: string }>;
 export type ConfigValueDeleted = DomainEvent<'ConfigValueDeleted', { project_id: string; key: string; deleted_at: string; request_key?: string }>;
-export type ConfigEvent = ConfigValueSet | ConfigValueDeleted;
+/** A deletion sent with an Idempotency-Key of a key that was not set (answered 404): recorded so that its repeats answer 404 too. */
+export type ConfigValueDeletionRefused = DomainEvent<'ConfigValueDeletionRefused', { project_id: string; key: string; refused_at: string; request_key: string }>;
+export type ConfigEvent = ConfigValueSet | ConfigValueDeleted | ConfigValueDeletionRefused;
 
 export type SetConfigValue = { type: 'SetConfigValue'; data: { project_id: string; key: string; value: unknown } };
 export type DeleteConfigValue = { type: 'DeleteConfigValue'; data: { project_id: string; key: string } };
@@ -30,6 +32,8 @@ export function valueHash(value: unknown): string {
   return hash;
 }
 
+const notFound = (key: string) => new DomainError('not_found', `config key ${key} not found`);
+
 /**
  * Keys present, with the hash of their value so an unchanged PUT appends nothing (not the value: this state
  * is cached per project, and values of 1 MiB each would stay in memory); for each key the request that last
@@ -39,8 +43,6 @@ export function valueHash(value: unknown): string {
  * with the first one's position.
  */
 export type ConfigState = { values: Map<string, string>; changedBy: Map<string, string>; requests: Map<string, RememberedChange> };
-
-const isRepeatable = (requestKey: string | undefined): requestKey is string => requestKey?.startsWith('idem:') === true;
 
 function rememberRequest(state: ConfigState, requestKey: string, change: RememberedChange): void {
   state.requests.delete(requestKey);
@@ -57,13 +59,20 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
     const repeat = state.changedBy.get(key) === ctx.request_key || (remembered !== undefined && remembered.key === key && (command.type === 'SetConfigValue'
       ? remembered.type === 'ConfigValueSet' && remembered.valueHash === hash
       : remembered.type === 'ConfigValueDeleted'));
+    // A request sent with an Idempotency-Key that changes nothing, or is refused, is recorded all the same
+    // (the value set again; the refusal), so that its repeats are recognised whatever changes later.
     switch (command.type) {
       case 'SetConfigValue':
-        if (state.values.get(key) === hash && !repeat) return [];
+        if (state.values.get(key) === hash && !repeat && !isRepeatable(ctx.request_key)) return [];
         return [{ type: 'ConfigValueSet', data: { ...command.data, set_at: ctx.now, request_key: ctx.request_key } }];
-      case 'DeleteConfigValue':
-        if (!state.values.has(key) && !repeat) throw new DomainError('not_found', `config key ${key} not found`);
+      case 'DeleteConfigValue': {
+        const refused = remembered?.type === 'ConfigValueDeletionRefused' && remembered.key === key;
+        if (refused || (!state.values.has(key) && !repeat)) {
+          if (!isRepeatable(ctx.request_key)) throw notFound(key);
+          return [{ type: 'ConfigValueDeletionRefused', data: { ...command.data, refused_at: ctx.now, request_key: ctx.request_key } }];
+        }
         return [{ type: 'ConfigValueDeleted', data: { ...command.data, deleted_at: ctx.now, request_key: ctx.request_key } }];
+      }
       default: {
         const _exhaustive: never = command;
         throw new Error(`unknown command ${JSON.stringify(_exhaustive)}`);
@@ -74,6 +83,11 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
   // Safe with the command bus: a state is only evolved from the newest cached state, and a failed append
   // drops that cache entry and reloads from the log.
   evolve(state, event) {
+    if (event.type === 'ConfigValueDeletionRefused') {
+      // Changes no value, nor which request last changed the key: only what a repeat of this request answers.
+      if (isRepeatable(event.data.request_key)) rememberRequest(state, event.data.request_key, { type: event.type, key: event.data.key });
+      return { values: state.values, changedBy: state.changedBy, requests: state.requests };
+    }
     if (event.type === 'ConfigValueSet') state.values.set(event.data.key, valueHash(event.data.value));
     else if (event.type === 'ConfigValueDeleted') state.values.delete(event.data.key);
     const requestKey = event.data.request_key;
@@ -86,4 +100,5 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
     }
     return { values: state.values, changedBy: state.changedBy, requests: state.requests };
   },
+  refusal: (event) => (event.type === 'ConfigValueDeletionRefused' ? notFound(event.data.key) : undefined),
 };

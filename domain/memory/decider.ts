@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { DomainError, type Decider, type DomainEvent } from '../shared/decider.js';
+import { DomainError, isRepeatable, type Decider, type DomainEvent } from '../shared/decider.js';
 
 /**
  * One stream per scope. '/' cannot occur in scope ids (they are `[A-Za-z0-9_.-]`), so two different
@@ -52,13 +52,15 @@ type Repeatable = { request_fingerprint?: string };
 export type MemoryStored = DomainEvent<'MemoryStored', Scope & { memory_id: string; text: string; session: string | null; created_at: string }>;
 export type MemoryUpdated = DomainEvent<'MemoryUpdated', Scope & { memory_id: string; text: string; session: string | null; created_at: string; updated_at: string }>;
 export type MemoryDeleted = DomainEvent<'MemoryDeleted', Scope & Repeatable & { memory_id: string; deleted_at: string }>;
+/** A deletion sent with an Idempotency-Key of a memory the scope did not hold (answered 404): recorded so that its repeats answer 404 too. */
+export type MemoryDeletionRefused = DomainEvent<'MemoryDeletionRefused', Scope & Required<Repeatable> & { memory_id: string; refused_at: string }>;
 export type PersonalitySet = DomainEvent<'PersonalitySet', Scope & { personality: string; updated_at: string }>;
 /** Provenance of an ingest: which memories the extracted facts became. The ingested text itself is never recorded. */
 export type FactsExtracted = DomainEvent<'FactsExtracted', Scope & Repeatable & { session: string | null; memory_ids: string[]; model: string; extracted_at: string }>;
 export type ScopeDeleted = DomainEvent<'ScopeDeleted', Scope & Repeatable & { memory_count: number; personality: boolean; deleted_at: string }>;
-export type MemoryEvent = MemoryStored | MemoryUpdated | MemoryDeleted | PersonalitySet | FactsExtracted | ScopeDeleted;
+export type MemoryEvent = MemoryStored | MemoryUpdated | MemoryDeleted | MemoryDeletionRefused | PersonalitySet | FactsExtracted | ScopeDeleted;
 
-export const MEMORY_EVENT_TYPES = ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'PersonalitySet', 'FactsExtracted', 'ScopeDeleted'] as const;
+export const MEMORY_EVENT_TYPES = ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'MemoryDeletionRefused', 'PersonalitySet', 'FactsExtracted', 'ScopeDeleted'] as const;
 
 /**
  * `memory_id` given: store under that id (create or update) with exactly this session (absent: none).
@@ -68,7 +70,10 @@ export const MEMORY_EVENT_TYPES = ['MemoryStored', 'MemoryUpdated', 'MemoryDelet
 export type StoreMemory = { type: 'StoreMemory'; data: Scope & { memory_id?: string; text: string; session?: string | null } };
 /** `request_fingerprint` given and remembered: a repeat, which decides nothing (the first ingest's facts stand). */
 export type IngestFacts = { type: 'IngestFacts'; data: Scope & Repeatable & { session: string | null; facts: string[]; model: string } };
-/** `request_fingerprint` given and remembered: a repeat, which decides the first deletion's event again, even once the memory is gone (or back). */
+/**
+ * `request_fingerprint` given and remembered: a repeat, which decides the first deletion's event again, even once the memory is gone (or back);
+ * given and the memory not live: the refusal is recorded (MemoryDeletionRefused) rather than thrown, and a repeat decides it again.
+ */
 export type DeleteMemory = { type: 'DeleteMemory'; data: Scope & Repeatable & { memory_id: string } };
 export type SetPersonality = { type: 'SetPersonality'; data: Scope & { personality: string } };
 export type DeleteScope = { type: 'DeleteScope'; data: Scope & Repeatable };
@@ -98,9 +103,10 @@ export interface MemoryState {
   byText: Map<string, string[]>;
   personality: { fingerprint: string; updated_at: string } | null;
   /**
-   * The last MAX_REMEMBERED_REQUESTS deletions and ingests sent with an Idempotency-Key, by fingerprint
-   * (oldest first), with what a repeat needs: deletions are decided again as the same event (the store
-   * recognises its id and writes nothing); an ingest answers the memories it stored. Kept across
+   * The last MAX_REMEMBERED_REQUESTS deletions (refused ones and those of an empty scope included) and
+   * ingests (also those that stored nothing) sent with an Idempotency-Key, by fingerprint (oldest first),
+   * with what a repeat needs: deletions are decided again as the same event (the store recognises its id
+   * and writes nothing); an ingest answers the memories it stored. Kept across
    * ScopeDeleted: a deletion of the scope is a later change, not a reset of what was asked before.
    */
   requests: Map<string, RememberedRequest>;
@@ -108,6 +114,7 @@ export interface MemoryState {
 
 export type RememberedRequest =
   | { type: 'MemoryDeleted'; memory_id: string; deleted_at: string }
+  | { type: 'MemoryDeletionRefused'; memory_id: string; refused_at: string }
   | { type: 'ScopeDeleted'; memory_count: number; personality: boolean; deleted_at: string }
   | { type: 'FactsExtracted'; memory_ids: string[] };
 
@@ -176,6 +183,18 @@ function rememberRequest(state: MemoryState, request: string | undefined, what: 
 
 const withRequest = (request: string | undefined) => (request === undefined ? {} : { request_fingerprint: request });
 
+const memoryNotFound = (memoryId: string) => new DomainError('not_found', `memory ${memoryId} does not exist in this scope`);
+
+/**
+ * A store or personality sent with an Idempotency-Key that changes nothing: recorded all the same, as the
+ * memory (personality) as it is, times included, so that a repeat is recognised by its event ids (the
+ * store answers it as a replay) and never stores the text again once it was changed or deleted since.
+ */
+function unchangedMemory(state: MemoryState, scope: Scope, memoryId: string, text: string): MemoryUpdated[] {
+  const live = state.memories.get(memoryId)!;
+  return [{ type: 'MemoryUpdated', data: { ...scope, memory_id: memoryId, text, session: live.session, created_at: live.created_at, updated_at: live.updated_at } }];
+}
+
 export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
   initialState: () => ({ memories: new Map(), byText: new Map(), personality: null, requests: new Map() }),
 
@@ -184,11 +203,10 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
     switch (command.type) {
       case 'StoreMemory': {
         const { memory_id, text, session } = command.data;
-        if (memory_id !== undefined) return store(state, scope, memory_id, text, session ?? null, ctx.now);
-        const id = resolveId(state, text);
+        const id = memory_id ?? resolveId(state, text);
         // A live memory already holds the text: without a session it stays as it is, label included.
-        if (session === undefined && state.memories.has(id)) return [];
-        return store(state, scope, id, text, session ?? null, ctx.now);
+        const events = memory_id === undefined && session === undefined && state.memories.has(id) ? [] : store(state, scope, id, text, session ?? null, ctx.now);
+        return events.length === 0 && isRepeatable(ctx.request_key) ? unchangedMemory(state, scope, id, text) : events;
       }
       case 'IngestFacts': {
         const { facts, session, model, request_fingerprint: request } = command.data;
@@ -205,7 +223,8 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
           // A fact a live memory already holds comes back as it is: an ingest never relabels or re-dates it.
           if (!state.memories.has(id)) events.push(...store(state, scope, id, fact, session, ctx.now));
         }
-        if (ids.size === 0) return [];
+        // An ingest sent with a key is recorded even when it stored nothing: its repeat answers no facts, without asking the provider again.
+        if (ids.size === 0 && request === undefined) return [];
         events.push({ type: 'FactsExtracted', data: { ...scope, session, memory_ids: [...ids], model, extracted_at: ctx.now, ...withRequest(request) } });
         return events;
       }
@@ -215,11 +234,19 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
         if (first?.type === 'MemoryDeleted') {
           return [{ type: 'MemoryDeleted', data: { ...scope, memory_id: first.memory_id, deleted_at: first.deleted_at, request_fingerprint: request } }];
         }
-        if (!state.memories.has(memory_id)) throw new DomainError('not_found', `memory ${memory_id} does not exist in this scope`);
+        const refusedAt = first?.type === 'MemoryDeletionRefused' ? first.refused_at : !state.memories.has(memory_id) ? ctx.now : undefined;
+        if (refusedAt !== undefined) {
+          // Refused: recorded when sent with a key, so that a repeat is refused too, also once a memory with this id was stored.
+          if (request === undefined) throw memoryNotFound(memory_id);
+          return [{ type: 'MemoryDeletionRefused', data: { ...scope, memory_id, refused_at: refusedAt, request_fingerprint: request } }];
+        }
         return [{ type: 'MemoryDeleted', data: { ...scope, memory_id, deleted_at: ctx.now, ...withRequest(request) } }];
       }
       case 'SetPersonality':
-        if (state.personality?.fingerprint === personalityFingerprint(command.data.personality)) return [];
+        if (state.personality?.fingerprint === personalityFingerprint(command.data.personality)) {
+          // Unchanged: recorded as it is when sent with a key (see unchangedMemory).
+          return isRepeatable(ctx.request_key) ? [{ type: 'PersonalitySet', data: { ...scope, personality: command.data.personality, updated_at: state.personality.updated_at } }] : [];
+        }
         return [{ type: 'PersonalitySet', data: { ...scope, personality: command.data.personality, updated_at: notBefore(ctx.now, state.personality?.updated_at ?? ctx.now) } }];
       case 'DeleteScope': {
         const { request_fingerprint: request } = command.data;
@@ -227,7 +254,8 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
         if (first?.type === 'ScopeDeleted') {
           return [{ type: 'ScopeDeleted', data: { ...scope, memory_count: first.memory_count, personality: first.personality, deleted_at: first.deleted_at, request_fingerprint: request } }];
         }
-        if (state.memories.size === 0 && state.personality === null) return [];
+        // An empty scope: nothing to delete, but a deletion sent with a key is recorded (of 0), so that its repeat deletes nothing stored since.
+        if (state.memories.size === 0 && state.personality === null && request === undefined) return [];
         return [{ type: 'ScopeDeleted', data: { ...scope, memory_count: state.memories.size, personality: state.personality !== null, deleted_at: ctx.now, ...withRequest(request) } }];
       }
       default: {
@@ -257,6 +285,9 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
         rememberRequest(state, request, { type: 'MemoryDeleted', memory_id, deleted_at });
         return { ...state };
       }
+      case 'MemoryDeletionRefused':
+        rememberRequest(state, event.data.request_fingerprint, { type: 'MemoryDeletionRefused', memory_id: event.data.memory_id, refused_at: event.data.refused_at });
+        return { ...state };
       case 'PersonalitySet':
         return { ...state, personality: { fingerprint: personalityFingerprint(event.data.personality), updated_at: event.data.updated_at } };
       case 'ScopeDeleted': {
@@ -271,4 +302,6 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
         return state;
     }
   },
+
+  refusal: (event) => (event.type === 'MemoryDeletionRefused' ? memoryNotFound(event.data.memory_id) : undefined),
 };

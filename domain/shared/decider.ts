@@ -20,7 +20,17 @@ export interface Decider<State, Command, Event extends DomainEvent> {
   decide(command: Command, state: State, context: CommandContext): Event[];
   evolve(state: State, event: Event): State;
   initialState(): State;
+  /**
+   * The refusal an event records, if it records one. A request sent with an Idempotency-Key that is
+   * refused (a 404) appends such an event instead of appending nothing, so that its repeats answer the
+   * same refusal, also once the thing it named exists; the command bus answers the event, appended now
+   * or found in the log by its id, with this error.
+   */
+  refusal?(event: Event): DomainError | undefined;
 }
+
+/** A request the client may send again: one sent with an Idempotency-Key (its request key is then `idem:<key>`, see api/http/app.ts). */
+export const isRepeatable = (requestKey: string | undefined): requestKey is string => requestKey?.startsWith('idem:') === true;
 
 export type DomainErrorKind = 'not_found' | 'conflict' | 'invalid' | 'forbidden' | 'not_implemented' | 'idempotency_mismatch';
 

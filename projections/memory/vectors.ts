@@ -146,13 +146,16 @@ async function readFrom(log: Log, stream: string, fromRevision: number): Promise
 /** The last position at which each memory (scope + id), and each scope as a whole, changed. */
 type Changes = { memory: Map<string, number>; scope: Map<string, number> };
 
+/** Events that replace or delete a memory's text (a MemoryDeletionRefused names a memory the scope did not hold: no change). */
+const CHANGES_MEMORY = new Set(['MemoryStored', 'MemoryUpdated', 'MemoryDeleted']);
+
 function changes(events: RecordedEvent[]): Changes {
   const out: Changes = { memory: new Map(), scope: new Map() };
   for (const e of events) {
     const data = e.data as { agent: string; user: string; memory_id?: string };
     const scope = scopeKey(data.agent, data.user);
     if (e.type === 'ScopeDeleted') out.scope.set(scope, e.position);
-    else if (data.memory_id !== undefined) out.memory.set(`${scope}\u0000${data.memory_id}`, e.position);
+    else if (CHANGES_MEMORY.has(e.type)) out.memory.set(`${scope}\u0000${data.memory_id}`, e.position);
   }
   return out;
 }

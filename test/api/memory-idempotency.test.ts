@@ -126,25 +126,48 @@ t.test('POST /v1/ingest repeated with the same key answers the first ingest\'s f
   t.same(inOtherScope.body.facts.map((f: { text: string }) => f.text), ['The user likes figs'], 'a key is remembered per scope');
 });
 
-t.test('an ingest that stored nothing is not remembered: a repeat asks the provider again', async (t) => {
+t.test('an ingest with a key that stored nothing is remembered too: a repeat does not ask the provider again', async (t) => {
   const scope = freshScope();
   server.chat.push(facts());
   const first = await call('POST', '/v1/ingest', { json: { scope, text: 'hello' }, key: 'nothing-1' });
   t.same(first.body, { facts: [] });
   const calls = server.chatRequests().length;
+  const head = await app.events.headPosition();
+  t.equal(first.position, String(head), 'recorded (FactsExtracted of no memories)');
   server.chat.push(facts('The user says hello'));
   const repeat = await call('POST', '/v1/ingest', { json: { scope, text: 'hello' }, key: 'nothing-1' });
-  t.same(repeat.body.facts.map((f: { text: string }) => f.text), ['The user says hello']);
-  t.equal(server.chatRequests().length, calls + 1);
+  t.same(repeat.body, { facts: [] }, 'the first answer');
+  t.equal(repeat.position, first.position);
+  t.equal(server.chatRequests().length, calls, 'the provider is not asked again');
+  t.equal(await app.events.headPosition(), head, 'nothing written');
+  const unkeyed = await call('POST', '/v1/ingest', { json: { scope, text: 'hello again' } });
+  t.same(unkeyed.body.facts.map((f: { text: string }) => f.text), ['The user says hello'], 'without a key, each ingest asks the provider');
+  server.chat.push(facts());
+  const before = await app.events.headPosition();
+  t.same((await call('POST', '/v1/ingest', { json: { scope, text: 'bye' } })).body, { facts: [] });
+  t.equal(await app.events.headPosition(), before, 'and one that stores nothing writes nothing');
 });
 
 t.test('the scope remembers its last 64 deletions and ingests sent with a key', async (t) => {
   const scope = freshScope();
+  server.chat.push(facts('The user keeps bees'));
+  const ingested = await call('POST', '/v1/ingest', { json: { scope, text: 'I keep bees.' }, key: 'bulk-ingest' });
+  t.equal(ingested.status, 200);
   const ids: string[] = [];
-  for (let i = 0; i < 65; i++) ids.push((await store(scope, `memory ${i}`)).body.id);
-  for (let i = 0; i < 65; i++) t.equal((await call('DELETE', `/v1/memories?${q(scope, `&id=${ids[i]}`)}`, { key: `bulk-${i}` })).status, 200);
-  t.equal((await call('DELETE', `/v1/memories?${q(scope, `&id=${ids[1]}`)}`, { key: 'bulk-1' })).status, 200, 'the 64th newest: remembered');
-  t.equal((await call('DELETE', `/v1/memories?${q(scope, `&id=${ids[0]}`)}`, { key: 'bulk-0' })).status, 404, 'the 65th newest: forgotten');
+  for (let i = 0; i < 64; i++) ids.push((await store(scope, `memory ${i}`)).body.id);
+  for (let i = 0; i < 63; i++) t.equal((await call('DELETE', `/v1/memories?${q(scope, `&id=${ids[i]}`)}`, { key: `bulk-${i}` })).status, 200);
+  const calls = server.chatRequests().length;
+  t.same((await call('POST', '/v1/ingest', { json: { scope, text: 'I keep bees.' }, key: 'bulk-ingest' })).body, ingested.body, 'the 64th newest: remembered');
+  t.equal(server.chatRequests().length, calls, 'the provider is not asked');
+  t.equal((await call('DELETE', `/v1/memories?${q(scope, `&id=${ids[63]}`)}`, { key: 'bulk-63' })).status, 200);
+  server.chat.push(facts('The user keeps bees'));
+  await call('POST', '/v1/ingest', { json: { scope, text: 'I keep bees.' }, key: 'bulk-ingest' });
+  t.equal(server.chatRequests().length, calls + 1, 'the 65th newest: forgotten, the provider is asked again');
+  // A forgotten deletion is decided again, but with the first one's event ids: the log answers it.
+  const head = await app.events.headPosition();
+  const old = await call('DELETE', `/v1/memories?${q(scope, `&id=${ids[0]}`)}`, { key: 'bulk-0' });
+  t.same([old.status, old.body], [200, { id: ids[0], deleted: 1 }], 'a forgotten deletion still answers as the first did');
+  t.equal(await app.events.headPosition(), head, 'and writes nothing');
 });
 
 t.test('a forgotten key repeated on a changed scope answers what was written, never a deletion that did not happen', async (t) => {

@@ -275,3 +275,32 @@ t.test('a request repeated on a node whose cached state is just before the first
   t.same(later.events, []);
   t.equal(later.state.memories.get(id)?.created_at, createdAt, 'created at node B\'s time, as the log says');
 });
+
+t.test('a refusal recorded for a request sent with an Idempotency-Key is answered as that refusal, by its repeats too, once the key exists', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const [storeA, storeB] = [new EmbeddedEventStore(file), new EmbeddedEventStore(file)];
+  t.teardown(async () => { await storeA.close(); await storeB.close(); });
+  const [nodeA, nodeB] = [new CommandBus(storeA), new CommandBus(storeB)];
+  const stream = configStream('p');
+  const keyed = (key: string): RequestMeta => ({ ...meta(), request_key: `idem:${key}` });
+  const del = { type: 'DeleteConfigValue' as const, data: { project_id: 'p', key: 'k' } };
+  const notFound = { name: 'DomainError', kind: 'not_found', message: 'config key k not found' };
+  const types = async () => (await storeA.readStream(stream)).map((e) => e.type);
+
+  await t.rejects(nodeA.handle(stream, configDecider, del, meta()), notFound);
+  t.same(await types(), [], 'without a key a refusal writes nothing');
+  await t.rejects(nodeA.handle(stream, configDecider, del, keyed('R')), notFound);
+  t.same(await types(), ['ConfigValueDeletionRefused'], 'with a key it is recorded, and answered as the refusal');
+
+  await nodeB.handle(stream, configDecider, set(1), meta()); // k is set, by another node
+  await t.rejects(nodeA.handle(stream, configDecider, del, keyed('R')), notFound, 'the repeat on the node that refused it');
+  await t.rejects(nodeB.handle(stream, configDecider, del, keyed('R')), notFound, 'and on the other node');
+  // A decider that has forgotten the request (it remembers the last 256) decides a deletion now, with the
+  // first request's event ids: the log answers it as a replay of the refusal it holds.
+  const forgetful: typeof configDecider = { ...configDecider, evolve: (s, e) => { const next = configDecider.evolve(s, e); next.requests.clear(); return next; } };
+  await t.rejects(new CommandBus(storeA).handle(stream, forgetful, del, keyed('R')), notFound, 'forgotten: what the log holds');
+  t.same(await types(), ['ConfigValueDeletionRefused', 'ConfigValueSet'], 'nothing written by the repeats');
+  const state = await nodeA.state(stream, configDecider, meta());
+  t.ok(state.state.values.has('k'), 'k is still set');
+  t.equal((await nodeA.handle(stream, configDecider, del, keyed('S'))).events[0]!.type, 'ConfigValueDeleted', 'another key deletes it');
+});

@@ -112,7 +112,24 @@ t.test('config', async (t) => {
   // At most MAX_REMEMBERED_CONFIG_REQUESTS are remembered: exactly that many later ones, and the first is still known; one more, and it is forgotten.
   const others = (n: number): ConfigValueSet[] => Array.from({ length: n }, (_, i) => ({ ...set, data: { ...set.data, key: `k${i}`, request_key: `idem:other-${i}` } }));
   spec.given([setIdem, ...others(MAX_REMEMBERED_CONFIG_REQUESTS - 1), setByOther]).when(put, idem).then([setIdem], `${MAX_REMEMBERED_CONFIG_REQUESTS} remembered`);
-  spec.given([setIdem, ...others(MAX_REMEMBERED_CONFIG_REQUESTS), setByOther]).when(put, idem).then([], 'one more: forgotten, and the value is already so');
+  // One more, and it is forgotten: decided again, as a request with a key that changes nothing, which is recorded (with the
+  // first one's event ids: the store answers it as a replay).
+  spec.given([setIdem, ...others(MAX_REMEMBERED_CONFIG_REQUESTS), setByOther]).when(put, idem).then([setIdem], 'one more: forgotten, and the value is already so: recorded all the same');
+
+  // A request with a key that changes nothing is recorded (the same value), and remembered: its repeat decides that event again.
+  spec.given([setByOther]).when(put, idem).then([setIdem], 'with a key, an unchanged value is recorded');
+  spec.given([setByOther]).when(put, testContext({ request_key: 'r2' })).then([], 'without one, nothing');
+  spec.given([setByOther, setIdem, { ...setByOther, data: { ...setByOther.data, value: 2 } }]).when(put, idem)
+    .then([setIdem], 'its repeat after a later change: the same event (a replay), not a new one');
+  // A deletion with a key of a key not set is recorded as a refusal, which its repeats decide again, also once the key is set.
+  const refused = { type: 'ConfigValueDeletionRefused' as const, data: { project_id: 'p1', key: 'a', refused_at: ctx.now, request_key: 'idem:k1' } };
+  spec.given([]).when(del, idem).then([refused], 'a 404 with a key: recorded');
+  spec.given([refused, setByOther]).when(del, idem).then([refused], 'its repeat once the key is set: the refusal again, not a deletion');
+  spec.given([refused, setByOther]).when(del, testContext({ request_key: 'idem:k2' })).then([{ ...deleted, data: { ...deleted.data, request_key: 'idem:k2' } }], 'another key deletes it');
+  t.match(configDecider.refusal!(refused), { name: 'DomainError', kind: 'not_found', message: 'config key a not found' }, 'answered as the 404 it records');
+  t.equal(configDecider.refusal!(set), undefined);
+  const afterRefusal = [setByOther, refused].reduce((s, e) => configDecider.evolve(s, e), configDecider.initialState());
+  t.same([afterRefusal.values.has('a'), afterRefusal.changedBy.get('a')], [true, 'another-request'], 'a refusal changes no value, nor who changed the key last');
 
   // The state is cached per project by the command bus: it must not hold the values themselves (up to 1 MiB each).
   const big: ConfigValueSet = { ...set, data: { ...set.data, value: 'x'.repeat(1024 * 1024) } };

@@ -3,18 +3,18 @@ import { MAX_REMEMBERED_REQUESTS, memoryDecider, memoryIdFor, memoryStream, requ
 import { type DomainError, type CommandContext } from '../../domain/shared/decider.js';
 
 const scope = { agent: 'ava', user: 'u1' };
-const ctx = (now: string): CommandContext => ({ now, actor: 'owner', request_key: 'k', request_hash: 'h' });
+const ctx = (now: string, requestKey = 'k'): CommandContext => ({ now, actor: 'owner', request_key: requestKey, request_hash: 'h' });
 const T0 = '2025-01-01T00:00:00.000Z';
 const T1 = '2025-01-02T00:00:00.000Z';
 
-/** given(events).when(command, now).then(events) / .thenThrows(kind) */
+/** given(events).when(command, now, requestKey?).then(events) / .thenThrows(kind) */
 function given(events: MemoryEvent[], tt: Tap = t) {
   const state = events.reduce<MemoryState>((s, e) => memoryDecider.evolve(s, e), memoryDecider.initialState());
   return {
-    when(command: MemoryCommand, now = T1) {
+    when(command: MemoryCommand, now = T1, requestKey?: string) {
       return {
-        then: (expected: MemoryEvent[]) => tt.same(memoryDecider.decide(command, state, ctx(now)), expected),
-        thenThrows: (kind: DomainError['kind']) => tt.throws(() => memoryDecider.decide(command, state, ctx(now)), { name: 'DomainError', kind }),
+        then: (expected: MemoryEvent[]) => tt.same(memoryDecider.decide(command, state, ctx(now, requestKey)), expected),
+        thenThrows: (kind: DomainError['kind']) => tt.throws(() => memoryDecider.decide(command, state, ctx(now, requestKey)), { name: 'DomainError', kind }),
       };
     },
   };
@@ -40,6 +40,11 @@ t.test('derived ids: trimmed, NFC-normalised text', async (t) => {
 t.test('StoreMemory', async (t) => {
   t.test('new id → MemoryStored', async (t) => given([], t).when(store('m1', 'tea'), T0).then([stored('m1', 'tea')]));
   t.test('same text and session → nothing', async (t) => given([stored('m1', 'tea', 's')], t).when(store('m1', 'tea', 's')).then([]));
+  t.test('... sent with a key → recorded: MemoryUpdated with the memory as it is, times included', async (t) => given([stored('m1', 'tea', 's')], t)
+    .when(store('m1', 'tea', 's'), T1, 'idem:a').then([{ type: 'MemoryUpdated', data: { ...scope, memory_id: 'm1', text: 'tea', session: 's', created_at: T0, updated_at: T0 } }]));
+  t.test('a text held, without id or session, sent with a key → recorded as the memory holding it', async (t) => given([stored('m1', 'tea', 's')], t)
+    .when({ type: 'StoreMemory', data: { ...scope, text: 'tea' } }, T1, 'idem:a')
+    .then([{ type: 'MemoryUpdated', data: { ...scope, memory_id: 'm1', text: 'tea', session: 's', created_at: T0, updated_at: T0 } }]));
   t.test('different text → MemoryUpdated keeping created_at', async (t) => given([stored('m1', 'tea')], t).when(store('m1', 'coffee')).then([
     { type: 'MemoryUpdated', data: { ...scope, memory_id: 'm1', text: 'coffee', session: null, created_at: T0, updated_at: T1 } },
   ]));
@@ -76,6 +81,8 @@ t.test('SetPersonality', async (t) => {
   const set: MemoryCommand = { type: 'SetPersonality', data: { ...scope, personality: 'kind' } };
   t.test('first → PersonalitySet', async (t) => given([], t).when(set).then([{ type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T1 } }]));
   t.test('same text → nothing', async (t) => given([{ type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T0 } }], t).when(set).then([]));
+  t.test('... sent with a key → recorded as it is, updated_at unchanged', async (t) => given([{ type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T0 } }], t)
+    .when(set, T1, 'idem:a').then([{ type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T0 } }]));
   t.test('other text → PersonalitySet', async (t) => given([{ type: 'PersonalitySet', data: { ...scope, personality: 'grumpy', updated_at: T0 } }], t).when(set)
     .then([{ type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T1 } }]));
   t.test('a clock behind the last change → updated_at not before it', async (t) => given([{ type: 'PersonalitySet', data: { ...scope, personality: 'grumpy', updated_at: T1 } }], t)
@@ -176,16 +183,34 @@ t.test('requests sent with an Idempotency-Key: a repeat decides the first one\'s
   t.test('... or after the scope was deleted', async (t) => given([
     stored('m1', 'tea'), deletedM1, { type: 'ScopeDeleted', data: { ...scope, memory_count: 0, personality: false, deleted_at: T0 } },
   ], t).when(deleteM1(del)).then([deletedM1]));
-  t.test('another request: not found', async (t) => given([stored('m1', 'tea'), deletedM1], t).when(deleteM1(requestFingerprint('idem:k2', 'DeleteMemory', 'm1'))).thenThrows('not_found'));
-  t.test('older events carry no request: not found', async (t) => given([
+  const other = requestFingerprint('idem:k2', 'DeleteMemory', 'm1');
+  const refusedM1 = (request: string, at = T1): MemoryEvent => ({ type: 'MemoryDeletionRefused', data: { ...scope, memory_id: 'm1', refused_at: at, request_fingerprint: request } });
+  t.test('another request of a memory no longer live: not found, recorded as a refusal', async (t) => given([stored('m1', 'tea'), deletedM1], t).when(deleteM1(other)).then([refusedM1(other)]));
+  t.test('... thrown without a key', async (t) => given([stored('m1', 'tea'), deletedM1], t).when(deleteM1()).thenThrows('not_found'));
+  t.test('older events carry no request: a refusal', async (t) => given([
     stored('m1', 'tea'), { type: 'MemoryDeleted', data: { ...scope, memory_id: 'm1', deleted_at: T0 } },
-  ], t).when(deleteM1(del)).thenThrows('not_found'));
+  ], t).when(deleteM1(del)).then([refusedM1(del)]));
+  t.test('a refusal\'s repeat: the same refusal, although a memory with the id is live now', async (t) => given([refusedM1(other, T0), stored('m1', 'tea')], t)
+    .when(deleteM1(other)).then([refusedM1(other, T0)]));
+  t.test('a refusal is answered as the error it records', async (t) => {
+    t.match(memoryDecider.refusal!(refusedM1(other)), { name: 'DomainError', kind: 'not_found', message: 'memory m1 does not exist in this scope' });
+    t.equal(memoryDecider.refusal!(deletedM1), undefined);
+    const state = [refusedM1(other)].reduce<MemoryState>((s, e) => memoryDecider.evolve(s, e), memoryDecider.initialState());
+    t.equal(state.memories.size, 0, 'and changes nothing but what is remembered');
+    t.same(state.requests.get(other), { type: 'MemoryDeletionRefused', memory_id: 'm1', refused_at: T1 });
+  });
 
   const wipe = requestFingerprint('idem:k3', 'DeleteScope');
   const wiped: MemoryEvent = { type: 'ScopeDeleted', data: { ...scope, memory_count: 2, personality: true, deleted_at: T0, request_fingerprint: wipe } };
   t.test('a scope deletion\'s repeat: the same event, counts included', async (t) => given([
     stored('m1', 'tea'), stored('m2', 'milk'), { type: 'PersonalitySet', data: { ...scope, personality: 'kind', updated_at: T0 } }, wiped, stored('m3', 'cake'),
   ], t).when({ type: 'DeleteScope', data: { ...scope, request_fingerprint: wipe } }).then([wiped]));
+  const wipedEmpty: MemoryEvent = { type: 'ScopeDeleted', data: { ...scope, memory_count: 0, personality: false, deleted_at: T1, request_fingerprint: wipe } };
+  t.test('an empty scope\'s deletion with a key: recorded, of 0', async (t) => given([stored('m1', 'tea'), deletedM1], t)
+    .when({ type: 'DeleteScope', data: { ...scope, request_fingerprint: wipe } }).then([wipedEmpty]));
+  t.test('... without a key: nothing', async (t) => given([], t).when({ type: 'DeleteScope', data: { ...scope } }).then([]));
+  t.test('... and its repeat, once the scope holds memories: the same event, of 0', async (t) => given([{ ...wipedEmpty, data: { ...wipedEmpty.data, deleted_at: T0 } }, stored('m1', 'tea')], t)
+    .when({ type: 'DeleteScope', data: { ...scope, request_fingerprint: wipe } }).then([{ ...wipedEmpty, data: { ...wipedEmpty.data, deleted_at: T0 } }]));
 
   const ingest = requestFingerprint('idem:k4', 'IngestFacts', 'the text', 's');
   const extracted: MemoryEvent = { type: 'FactsExtracted', data: { ...scope, session: 's', memory_ids: [memoryIdFor('tea')], model: 'm', extracted_at: T0, request_fingerprint: ingest } };
@@ -193,6 +218,12 @@ t.test('requests sent with an Idempotency-Key: a repeat decides the first one\'s
     .when({ type: 'IngestFacts', data: { ...scope, session: 's', facts: ['tea'], model: 'm', request_fingerprint: ingest } }, T0)
     .then([stored(memoryIdFor('tea'), 'tea', 's'), extracted]));
   t.test('its repeat decides nothing, whatever facts it brings', async (t) => given([stored(memoryIdFor('tea'), 'tea', 's'), extracted], t)
+    .when({ type: 'IngestFacts', data: { ...scope, session: 's', facts: ['coffee'], model: 'm', request_fingerprint: ingest } }).then([]));
+  const nothing: MemoryEvent = { type: 'FactsExtracted', data: { ...scope, session: 's', memory_ids: [], model: 'm', extracted_at: T1, request_fingerprint: ingest } };
+  t.test('an ingest with a key that stored nothing is recorded', async (t) => given([], t)
+    .when({ type: 'IngestFacts', data: { ...scope, session: 's', facts: [], model: 'm', request_fingerprint: ingest } }).then([nothing]));
+  t.test('... without a key: nothing', async (t) => given([], t).when({ type: 'IngestFacts', data: { ...scope, session: 's', facts: [], model: 'm' } }).then([]));
+  t.test('... and its repeat decides nothing, whatever facts it brings', async (t) => given([nothing], t)
     .when({ type: 'IngestFacts', data: { ...scope, session: 's', facts: ['coffee'], model: 'm', request_fingerprint: ingest } }).then([]));
   t.test('the state keeps which memories it stored', async (t) => {
     const state = [stored(memoryIdFor('tea'), 'tea', 's'), extracted].reduce<MemoryState>((s, e) => memoryDecider.evolve(s, e), memoryDecider.initialState());

@@ -155,4 +155,12 @@ t.test('memory-vectors: the look-ahead sees events appended since it last read a
   const deleted = at({ type: 'MemoryDeleted', data: { ...scope, memory_id: 'm2', deleted_at: T } }, 'memory-a/u', 2, 4);
   await projection.prepare!([second], logOf([first, second, elsewhere(3), deleted, elsewhere(5)]));
   t.same(sent, ['first'], 'the deleted text is not sent to the provider');
+
+  // A refused deletion (recorded for a request sent with an Idempotency-Key; on EventStoreDB a repeat of it may
+  // land after the memory was stored again) changes no memory: the text stored before it is embedded.
+  sent.length = 0;
+  const third = at({ type: 'MemoryStored', data: { ...scope, memory_id: 'm3', text: 'third', session: null, created_at: T } }, 'memory-a/u', 3, 6);
+  const refused = at({ type: 'MemoryDeletionRefused', data: { ...scope, memory_id: 'm3', refused_at: T, request_fingerprint: 'f' } }, 'memory-a/u', 4, 7);
+  await projection.prepare!([third], logOf([first, second, elsewhere(3), deleted, elsewhere(5), third, refused, elsewhere(8)]));
+  t.same(sent, ['third'], 'not taken for a deletion');
 });
