@@ -127,6 +127,7 @@ export class CommandBus {
       causation_id: meta.causation_id,
       actor: meta.actor,
       ...(meta.project_id ? { project_id: meta.project_id } : {}),
+      ...(meta.tenant_id ? { tenant_id: meta.tenant_id } : {}),
       occurred_at: now,
     };
     const newEvents: NewEvent[] = events.map((e, i) => ({

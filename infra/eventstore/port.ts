@@ -12,6 +12,8 @@ export interface EventMetadata {
   causation_id: string;
   actor: string;
   project_id?: string;
+  /** The tenant the project belongs to (platform commands; absent on the memory service). */
+  tenant_id?: string;
   occurred_at: string;
   [key: string]: Json | undefined;
 }

@@ -77,7 +77,7 @@ t.test('event metadata names the project, also for a dashboard session, and ApiK
   t.match(recorded!.metadata, { correlation_id: 'req-key-use-7', causation_id: 'req-key-use-7', actor: `key:${freshId}` });
 });
 
-t.test('every command\'s events carry the request as correlation and cause, its actor, its project and when', async (t) => {
+t.test('every command\'s events carry the request as correlation and cause, its actor, its project and tenant and when', async (t) => {
   const { projectId, key, keyId, session } = await projectWithKey(app, 'tenant-meta-all');
   const send = async (path: string, init: RequestInit & { json?: unknown }, requestId: string) => {
     const res = await app.platform(path, { ...init, headers: { ...init.headers as Record<string, string>, 'X-Request-Id': requestId } });
@@ -87,7 +87,7 @@ t.test('every command\'s events carry the request as correlation and cause, its 
   const appended = async (stream: string, requestId: string) => (await app.events.readStream(stream)).filter((e) => e.metadata.correlation_id === requestId);
   const expect = (events: Awaited<ReturnType<typeof appended>>, types: string[], requestId: string, actor: string, what: string) => {
     t.same(events.map((e) => e.type), types, what);
-    for (const e of events) t.match(e.metadata, { correlation_id: requestId, causation_id: requestId, actor, project_id: projectId, occurred_at: /Z$/ }, `${what}: ${e.type}`);
+    for (const e of events) t.match(e.metadata, { correlation_id: requestId, causation_id: requestId, actor, project_id: projectId, tenant_id: 'tenant-meta-all', occurred_at: /Z$/ }, `${what}: ${e.type}`);
   };
   await send(`/projects/${projectId}/config/theme`, { method: 'PUT', headers: bearer(key), json: 'dark' }, 'req-meta-put');
   expect(await appended(`config-${projectId}`, 'req-meta-put'), ['ConfigValueSet'], 'req-meta-put', `key:${keyId}`, 'PUT config');
