@@ -70,6 +70,10 @@ export function createHttpApp(options: HttpAppOptions): Koa {
   const app = new Koa();
   app.proxy = false;
   const router = new Router({ prefix: options.prefix });
+  // Operations that only answer 501 (RouteDef.implemented) have a router of their own, tried after the others:
+  // @koa/router tries a path against every route of a router in turn, and the platform's 77 cost every request
+  // 11 µs there (0.9 µs for the implemented routes alone).
+  const unbuilt = new Router({ prefix: options.prefix });
   const docs = new Router();
   const openapi = buildOpenApi(options.openapi, options.routes);
   const publicRoutes = options.publicRoutes ?? [];
@@ -80,7 +84,8 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     docs.get('/docs/openapi.yaml', (ctx) => { ctx.type = 'application/yaml'; ctx.body = yaml; });
   }
   mountRoutes(docs, publicRoutes, options.mounting);
-  mountRoutes(router, options.routes, options.mounting);
+  mountRoutes(router, options.routes.filter((r) => r.implemented !== false), options.mounting);
+  mountRoutes(unbuilt, options.routes.filter((r) => r.implemented === false), options.mounting);
 
   app.use(async (ctx, next) => {
     const started = performance.now();
@@ -135,10 +140,11 @@ export function createHttpApp(options: HttpAppOptions): Koa {
   });
   app.use(docs.routes());
   app.use(router.routes());
+  app.use(unbuilt.routes());
   app.use(async (ctx) => {
     if (options.authenticateUnmatched && docs.match(ctx.path, ctx.method).path.length === 0) await options.authenticateUnmatched(ctx);
     // Nothing matched: 405 with Allow when the path exists for other methods, else 404.
-    const matched = [router, docs].flatMap((r) => r.match(ctx.path, ctx.method).path);
+    const matched = [router, unbuilt, docs].flatMap((r) => r.match(ctx.path, ctx.method).path);
     const methods = new Set(matched.flatMap((layer) => layer.methods).filter((m) => m !== 'HEAD' || matched.some((l) => l.methods.includes('GET'))));
     if (methods.size > 0) {
       const allow = [...methods].sort().join(', ');

@@ -96,6 +96,16 @@ t.test('each unbuilt operation answers 501 naming itself once authenticated, 401
   t.equal(withKey.status, 401, 'channel activation takes a session, not a key');
 });
 
+t.test('they are matched after the implemented routes: a wrong method is 405 naming theirs, implemented paths are unaffected', async (t) => {
+  const wrong = await app.platform('/agents/x1/chat', { method: 'GET', headers: bearer(key) });
+  t.equal(wrong.status, 405);
+  t.equal(wrong.headers.get('allow'), 'POST');
+  const channel = await app.platform('/channels/c1', { method: 'POST', headers: bearer(key), json: {} });
+  t.equal(channel.headers.get('allow'), 'DELETE, GET, HEAD, PUT');
+  t.equal((await app.platform(`/projects/${projectId}/config`, { headers: bearer(key) })).status, 200);
+  t.equal((await app.platform(`/projects/${projectId}/config`, { method: 'POST', headers: bearer(key), json: {} })).status, 405);
+});
+
 t.test('the document says what they answer, and nothing a command would', async (t) => {
   const chat = unbuilt.find((d) => d.shape === 'POST /agents/{}/chat')!;
   t.ok(chat, 'chat is listed');
