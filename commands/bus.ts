@@ -86,11 +86,10 @@ export class CommandBus {
 
   /** Decides a command on the stream's (cached) state; the events to append, if any, with their ids and metadata. */
   private async decideOn<State, Command, Event extends DomainEvent>(
-    stream: string, decider: Decider<State, Command, Event>, command: Command, meta: RequestMeta, sequence: number,
+    stream: string, decider: Decider<State, Command, Event>, command: Command, meta: RequestMeta, sequence: number, now: string,
   ) {
     const cached = this.cache.get(stream) as CacheEntry<State> | undefined;
     let entry = cached ?? (await this.load(stream, decider));
-    const now = this.clock().toISOString();
     const requestHash = createHash('sha256').update(JSON.stringify(command)).digest('hex');
     const context: CommandContext = {
       now, actor: meta.actor, project_id: meta.project_id, tenant_id: meta.tenant_id, request_key: meta.request_key, request_hash: requestHash,
@@ -174,8 +173,10 @@ export class CommandBus {
       let results: Array<CommandResult<unknown, DomainEvent>>;
       const decided = await this.withStreamLocks([...streams].sort(), async () => {
         const each = [];
+        // One time for the commands of one request: its events (a name reservation and its agent) happened together.
+        const now = this.clock().toISOString();
         try {
-          for (const [i, step] of steps.entries()) each.push(await this.decideOn(step.stream, step.decider, step.command, meta, sequences[i]!));
+          for (const [i, step] of steps.entries()) each.push(await this.decideOn(step.stream, step.decider, step.command, meta, sequences[i]!, now));
         } catch (error) {
           // A later step refused: the earlier steps' evolve may have changed their cached states in place
           // (deciders' states are not copied), with nothing appended. Those states are gone.

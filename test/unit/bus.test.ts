@@ -54,6 +54,16 @@ t.test('handleAll: commands on several streams commit together, and are decided 
   ], meta());
   t.same(first.map((r) => r.revision), [0, 0]);
   t.equal(first[1]!.position, first[0]!.position + 1);
+  // A clock that moves on every reading: the commands of one request still happen at one time.
+  let tick = 0;
+  const ticking = new CommandBus(store, () => new Date(Date.UTC(2026, 0, 1, 0, 0, tick++)));
+  const together = await ticking.handleAll([
+    { stream: configStream('pc'), decider: configDecider, command: setIn('pc', 1) },
+    { stream: configStream('pd'), decider: configDecider, command: setIn('pd', 1) },
+  ], meta());
+  const [c, d] = [(await store.readStream(configStream('pc')))[0]!, (await store.readStream(configStream('pd')))[0]!];
+  t.equal(c.metadata.occurred_at, d.metadata.occurred_at, 'one occurred_at for both events');
+  t.equal((together[0]!.events[0]!.data as { set_at: string }).set_at, (together[1]!.events[0]!.data as { set_at: string }).set_at);
 
   // Another writer moves stream b: the bus's cached state of b is stale, so the next pair fails as a
   // whole (nothing of it written to a), is decided again on fresh state, and then commits.
