@@ -267,7 +267,7 @@ export class ProjectionRunner {
     }
     this.applying = relevant[0]!.position;
     this.failedEvent = undefined;
-    await this.projection.prepare?.(relevant, this.events);
+    await this.projection.prepare?.(relevant, this.events, this.store);
     const ok = await this.commit(last, async (writer) => {
       for (const event of relevant) {
         try {

@@ -1,4 +1,4 @@
-import type { MemoryDeleted, MemoryStored, MemoryUpdated, ScopeDeleted } from '../../domain/memory/decider.js';
+import { textKey, type MemoryDeleted, type MemoryStored, type MemoryUpdated, type ScopeDeleted } from '../../domain/memory/decider.js';
 import type { EventStore, RecordedEvent } from '../../infra/eventstore/port.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import type { Embedder } from '../../infra/providers/embeddings.js';
@@ -21,6 +21,8 @@ export interface VectorDoc {
   dim: number;
   /** See encodeVector. */
   vector: string;
+  /** textKey of the text embedded (absent in documents written before it was recorded): see vectorsProjection's reuse. */
+  text_key?: string;
   [field: string]: unknown;
 }
 
@@ -199,16 +201,37 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
     }
   }
 
+  /**
+   * Updates whose memory's vector was made by this model from this very text (a new session label, a store sent
+   * with an Idempotency-Key that changed nothing) take that vector instead of a provider call, which a hosted
+   * provider charges for; the others are returned to be embedded. A vector depends on its model and text only,
+   * so the live documents are a safe source whatever generation is being written (a rebuild passes no reads: it
+   * re-embeds everything, e.g. after a provider changed what a model name serves).
+   */
+  async function reuse(texts: Texted[], reads: Pick<ReadStore, 'find'>): Promise<Texted[]> {
+    const updates = texts.filter((e) => e.type === 'MemoryUpdated');
+    if (updates.length === 0) return texts;
+    const ids = [...new Set(updates.map((e) => memoryDocId(e.data.agent, e.data.user, e.data.memory_id)))];
+    const docs = new Map((await reads.find<VectorDoc>(VECTORS, { where: { id: { $in: ids } }, limit: ids.length })).items.map((d) => [d.id, d]));
+    return texts.filter((e) => {
+      const doc = e.type === 'MemoryUpdated' ? docs.get(memoryDocId(e.data.agent, e.data.user, e.data.memory_id)) : undefined;
+      if (!doc || doc.model !== embedder.model || doc.text_key !== textKey(e.data.text)) return true;
+      prepared.set(e.id, decodeVector(doc.vector, doc.dim));
+      return false;
+    });
+  }
+
   return {
     name: VECTORS_PROJECTION,
     collections: [{ name: VECTORS, indexes: [['agent', 'user']] }],
     canHandle: ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'ScopeDeleted'],
-    async prepare(events, log) {
+    async prepare(events, log, reads) {
       const texts = events.filter((e) => e.type === 'MemoryStored' || e.type === 'MemoryUpdated') as unknown as Texted[];
       if (texts.length === 0) return;
       const superseded = await lookahead.superseded(texts, events, log);
       for (const id of superseded) prepared.set(id, 'superseded');
-      const toEmbed = texts.filter((e) => !superseded.has(e.id));
+      const fresh = texts.filter((e) => !superseded.has(e.id));
+      const toEmbed = reads ? await reuse(fresh, reads) : fresh;
       if (toEmbed.length === 0) return;
       let vectors: Float32Array[];
       try {
@@ -238,7 +261,7 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
           }
           await writer.put<VectorDoc>(VECTORS, {
             id: memoryDocId(agent, user, e.data.memory_id), agent, user, memory_id: e.data.memory_id,
-            model: embedder.model, dim: vector.length, vector: encodeVector(vector),
+            model: embedder.model, dim: vector.length, vector: encodeVector(vector), text_key: textKey(e.data.text),
           }, event.position);
           return;
         }
