@@ -1,6 +1,6 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from '../../infra/logger.js';
-import type { ReadStore, Stored } from '../../infra/readstore/port.js';
+import { getMany, type ReadStore, type Stored } from '../../infra/readstore/port.js';
 import { MEMORIES, type MemoryDoc } from '../../projections/memory/memories.js';
 import { decodeVector, VECTORS, VECTORS_PROJECTION, type VectorDoc } from '../../projections/memory/vectors.js';
 import { ClientGoneError } from '../http/routes.js';
@@ -94,8 +94,7 @@ async function withVectors(deps: ExportDeps, docs: Array<Stored<MemoryDoc>>, sig
   const vectors = new Map<string, Stored<VectorDoc>>();
   if (deps.retrieval.hasVectors) {
     const read = async (batch: Array<Stored<MemoryDoc>>) => {
-      const page = await deps.reads.find<VectorDoc>(VECTORS, { where: { id: { $in: batch.map((doc) => doc.id) } }, limit: batch.length });
-      const found = new Map(page.items.map((v) => [v.id, v]));
+      const found = await getMany<VectorDoc>(deps.reads, VECTORS, batch.map((doc) => doc.id));
       for (const doc of batch) {
         const v = found.get(doc.id);
         if (v?._position === doc._position) vectors.set(doc.id, v);

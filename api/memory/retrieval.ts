@@ -1,6 +1,6 @@
 import { normalizeText } from '../../domain/memory/decider.js';
 import type { Embedder } from '../../infra/providers/embeddings.js';
-import type { ReadStore } from '../../infra/readstore/port.js';
+import { getMany, type ReadStore } from '../../infra/readstore/port.js';
 import { reciprocalRankFusion } from '../../infra/search/fusion.js';
 import type { LexicalIndex } from '../../infra/search/lexical.js';
 import type { Hit } from '../../infra/search/topk.js';
@@ -97,10 +97,8 @@ export class Retrieval {
    * and one snapshot); a hit whose memory is gone (deleted meanwhile) is dropped.
    */
   private async hydrate(scope: Scope, hits: Hit[]): Promise<ScoredMemory[]> {
-    if (hits.length === 0) return [];
     const ids = hits.map((hit) => memoryDocId(scope.agent, scope.user, hit.id));
-    const page = await this.deps.reads.find<MemoryDoc>(MEMORIES, { where: { id: { $in: ids } }, limit: ids.length });
-    const docs = new Map(page.items.map((doc) => [doc.id, doc]));
+    const docs = await getMany<MemoryDoc>(this.deps.reads, MEMORIES, ids);
     return hits.flatMap((hit, i) => {
       const doc = docs.get(ids[i]!);
       return doc ? [{ ...toView(doc), score: hit.score }] : [];

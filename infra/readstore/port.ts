@@ -143,6 +143,13 @@ function isFieldValue(value: unknown): value is FieldValue {
   return value === null || typeof value === 'string' || typeof value === 'boolean' || (typeof value === 'number' && Number.isFinite(value));
 }
 
+/** The documents of these ids that exist, by id, in one query (with MongoDB one round trip rather than one per id). */
+export async function getMany<T extends Doc>(source: Pick<ReadStore, 'find'>, collection: string, ids: string[]): Promise<Map<string, Stored<T>>> {
+  if (ids.length === 0) return new Map();
+  const page = await source.find<T>(collection, { where: { id: { $in: ids } }, limit: ids.length });
+  return new Map(page.items.map((doc) => [doc.id, doc]));
+}
+
 /** Every document matching `options`, page by page (for listings that return everything, index reloads). */
 export async function* findAll<T extends Doc>(
   source: Pick<ReadStore, 'find'> | Pick<ProjectionWriter, 'find'>, collection: string,

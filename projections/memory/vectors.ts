@@ -1,6 +1,6 @@
 import { textKey, type MemoryDeleted, type MemoryStored, type MemoryUpdated, type ScopeDeleted } from '../../domain/memory/decider.js';
 import type { EventStore, RecordedEvent } from '../../infra/eventstore/port.js';
-import type { ReadStore } from '../../infra/readstore/port.js';
+import { getMany, type ReadStore } from '../../infra/readstore/port.js';
 import type { Embedder } from '../../infra/providers/embeddings.js';
 import { isPermanentRefusal } from '../../infra/providers/http.js';
 import type { Logger } from '../../infra/logger.js';
@@ -212,7 +212,7 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
     const updates = texts.filter((e) => e.type === 'MemoryUpdated');
     if (updates.length === 0) return texts;
     const ids = [...new Set(updates.map((e) => memoryDocId(e.data.agent, e.data.user, e.data.memory_id)))];
-    const docs = new Map((await reads.find<VectorDoc>(VECTORS, { where: { id: { $in: ids } }, limit: ids.length })).items.map((d) => [d.id, d]));
+    const docs = await getMany<VectorDoc>(reads, VECTORS, ids);
     return texts.filter((e) => {
       const doc = e.type === 'MemoryUpdated' ? docs.get(memoryDocId(e.data.agent, e.data.user, e.data.memory_id)) : undefined;
       if (!doc || doc.model !== embedder.model || doc.text_key !== textKey(e.data.text)) return true;
