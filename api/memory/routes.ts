@@ -6,7 +6,7 @@ import {
 } from '../../domain/memory/decider.js';
 import type { Logger } from '../../infra/logger.js';
 import type { ChatProvider } from '../../infra/providers/chat.js';
-import { ProviderError } from '../../infra/providers/http.js';
+import { BODY_LOG_LIMIT, ProviderError } from '../../infra/providers/http.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import { MEMORIES, MEMORIES_PROJECTION, memoryDocId, type MemoryDoc } from '../../projections/memory/memories.js';
 import { PERSONALITY_PROJECTION } from '../../projections/memory/personality.js';
@@ -215,7 +215,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
           extracted = parseFacts(reply);
         } catch (error) {
           if (!(error instanceof UnparseableFactsError)) throw error;
-          log.error({ provider: 'chat', upstream_reply: reply.slice(0, 2000) }, 'ingest: the chat provider\'s reply has no readable facts');
+          log.error({ provider: 'chat', upstream_reply: reply.slice(0, BODY_LOG_LIMIT) }, 'ingest: the chat provider\'s reply has no readable facts');
           throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
         }
         const facts: string[] = [];
@@ -229,7 +229,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         }
         if (extracted.length > 0 && facts.length === 0) {
           // Blank, over the text limit or not well-formed, every one: not "the text held no facts".
-          log.error({ provider: 'chat', extracted: extracted.length, upstream_reply: reply.slice(0, 2000) }, 'ingest: none of the extracted facts can be stored (blank, over 8,192 bytes or not well-formed Unicode)');
+          log.error({ provider: 'chat', extracted: extracted.length, upstream_reply: reply.slice(0, BODY_LOG_LIMIT) }, 'ingest: none of the extracted facts can be stored (blank, over 8,192 bytes or not well-formed Unicode)');
           throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
         }
         if (facts.length > MAX_FACTS_PER_INGEST) log.warn({ extracted: facts.length }, `ingest: keeping the first ${MAX_FACTS_PER_INGEST} facts`);

@@ -1,5 +1,5 @@
 import type { Logger } from '../logger.js';
-import { postJson, ProviderError, type HttpProviderOptions } from './http.js';
+import { BODY_LOG_LIMIT, postJson, ProviderError, type HttpProviderOptions } from './http.js';
 
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant';
@@ -15,8 +15,6 @@ export interface ChatProvider {
    */
   complete(messages: ChatMessage[], options?: { json?: boolean; temperature?: number }): Promise<string>;
 }
-
-const BODY_LOG_LIMIT = 2000;
 
 /**
  * The text of an assistant message's content: a string, or the `text` parts of an array of content parts

@@ -1,7 +1,7 @@
 import type { ProvidersConfig } from '../config.js';
 import { tokenize } from '../search/tokenize.js';
 import { normalize } from '../search/vector.js';
-import { postJson, ProviderError, type HttpProviderOptions } from './http.js';
+import { BODY_LOG_LIMIT, postJson, ProviderError, type HttpProviderOptions } from './http.js';
 
 export interface Embedder {
   /** Recorded with every vector: vectors of different models are never compared. */
@@ -91,14 +91,14 @@ export class OpenAiEmbedder implements Embedder {
       const reply = await postJson('embeddings', this.http, '/embeddings', { model: this.model, input });
       const data = (reply as { data?: Array<{ index?: number; embedding?: unknown }> })?.data;
       if (!Array.isArray(data) || data.length !== input.length) {
-        throw new ProviderError('embeddings', `embeddings reply has ${Array.isArray(data) ? data.length : 'no'} vectors for ${input.length} inputs`, 200, JSON.stringify(reply).slice(0, 2000));
+        throw new ProviderError('embeddings', `embeddings reply has ${Array.isArray(data) ? data.length : 'no'} vectors for ${input.length} inputs`, 200, JSON.stringify(reply).slice(0, BODY_LOG_LIMIT));
       }
       const ordered = [...data].sort((a, b) => (a.index ?? 0) - (b.index ?? 0));
       let dim: number | undefined;
       for (const item of ordered) {
         const e = item.embedding;
         if (!Array.isArray(e) || e.length === 0 || !e.every((x) => typeof x === 'number' && Number.isFinite(x)) || (dim !== undefined && e.length !== dim)) {
-          throw new ProviderError('embeddings', 'embeddings reply has a malformed vector', 200, JSON.stringify(item).slice(0, 2000));
+          throw new ProviderError('embeddings', 'embeddings reply has a malformed vector', 200, JSON.stringify(item).slice(0, BODY_LOG_LIMIT));
         }
         dim = e.length;
         out.push(unitVector(e as number[]));

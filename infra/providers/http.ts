@@ -36,7 +36,8 @@ export interface HttpProviderOptions {
   retryBaseMs?: number;
 }
 
-const BODY_LOG_LIMIT = 2000;
+/** How much of a provider's reply goes into an error and the log (never into a response). */
+export const BODY_LOG_LIMIT = 2000;
 const MAX_RETRY_AFTER_MS = 10_000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
