@@ -278,7 +278,6 @@ export class ProjectionRunner {
         }
       }
     });
-    this.failedEvent = undefined;
     this.applying = undefined;
     if (!ok) return false;
     this.afterCommitFailed = true;
