@@ -36,13 +36,57 @@ export interface CommandResult<State, Event> {
   revision: number;
 }
 
-interface CacheEntry<State> {
-  state: State;
-  revision: number;
-  /** Id of the event at `revision` (none for a stream with no events): the append decided on this state names it. */
-  lastEventId?: string;
-  /** Position of the stream's last committed event, or the append that will produce it. */
-  position: number | Promise<number>;
+/**
+ * A stream's state at `revision`, as cached. An entry decided on another (an append on its way) holds that
+ * entry and the events decided, and applies them only when its state is first asked for (by the next
+ * decision, or the answer once the append is written). Deciders' evolve changes a state in place, so until
+ * then the entry below still holds the log's state: when the append fails (another node wrote the stream),
+ * the next decision reads only the events written since, not the whole stream again.
+ */
+class CacheEntry<State> {
+  /** Its state is the log's at `revision`: read from the log, or its own append was written. */
+  durable: boolean;
+  /** Its state was changed in place by the entry built on it (or by reading newer events into it): no longer the one at `revision`. */
+  spent = false;
+  /** The log may have moved past this entry (the append decided on it failed): read it before deciding on it again. */
+  suspect = false;
+  /** The entry decided on this one. */
+  heir?: CacheEntry<State>;
+  private value?: State;
+  private unapplied?: { below: CacheEntry<State>; events: DomainEvent[]; evolve: (state: State, event: DomainEvent) => State };
+
+  constructor(
+    readonly revision: number,
+    /** Id of the event at `revision` (none for a stream with no events): the append decided on this state names it. */
+    readonly lastEventId: string | undefined,
+    /** Position of the stream's last committed event, or the append that will produce it. */
+    public position: number | Promise<number>,
+    state: { value: State } | { below: CacheEntry<State>; events: DomainEvent[]; evolve: (state: State, event: DomainEvent) => State },
+  ) {
+    this.durable = 'value' in state;
+    if ('value' in state) this.value = state.value;
+    else {
+      this.unapplied = state;
+      state.below.heir = this;
+    }
+  }
+
+  get state(): State {
+    if (this.unapplied) {
+      const { below, events, evolve } = this.unapplied;
+      if (below.heir !== this) throw new Error('command bus: a cached state was taken back from under the decision built on it');
+      this.unapplied = undefined;
+      const base = below.state;
+      below.spent = true;
+      this.value = events.reduce(evolve, base);
+    }
+    return this.value as State;
+  }
+
+  /** Still the log's state at `revision`: newer events can be read into it instead of the whole stream. */
+  get current(): boolean {
+    return this.durable && !this.spent;
+  }
 }
 
 /** A refusal decided on a state that includes an append still on its way (`append`: its position). */
@@ -63,7 +107,7 @@ class RefusedBehindAppend {
  * once the appends it was decided behind are written (not failed, nor found to be idempotent replays).
  */
 export class CommandBus {
-  private readonly cache = new Map<string, CacheEntry<unknown>>();
+  private readonly cache = new Map<string, CacheEntry<any>>(); // each stream holds its own decider's state
   private readonly locks = new Map<string, Promise<unknown>>();
 
   constructor(private readonly store: EventStore, private readonly clock: () => Date = () => new Date()) {}
@@ -88,8 +132,9 @@ export class CommandBus {
   private async decideOn<State, Command, Event extends DomainEvent>(
     stream: string, decider: Decider<State, Command, Event>, command: Command, meta: RequestMeta, sequence: number, now: string,
   ) {
-    const cached = this.cache.get(stream) as CacheEntry<State> | undefined;
-    let entry = cached ?? (await this.load(stream, decider));
+    let cached = this.cache.get(stream) as CacheEntry<State> | undefined;
+    if (cached?.suspect) cached = await this.refresh(stream, decider, cached);
+    let entry = cached ?? (await this.read(stream, decider));
     const requestHash = createHash('sha256').update(JSON.stringify(command)).digest('hex');
     const context: CommandContext = {
       now, actor: meta.actor, project_id: meta.project_id, tenant_id: meta.tenant_id, request_key: meta.request_key, request_hash: requestHash,
@@ -109,7 +154,7 @@ export class CommandBus {
     // expected here and would pass for this decision's append (its own times, not the log's, answered and cached).
     if (events === undefined || events.length === 0 || isRepeatable(meta.request_key)) {
       if (cached && (await this.isStale(stream, cached))) {
-        entry = await this.reload(stream, decider);
+        entry = await this.refresh(stream, decider, cached);
         events = decider.decide(command, entry.state, context);
       } else if (events === undefined) {
         // Refused on a state that includes an append on its way, which may still fail or turn out to be an
@@ -118,9 +163,7 @@ export class CommandBus {
         throw refusal;
       }
     }
-    if (events.length === 0) {
-      return { result: { events, state: entry.state, revision: entry.revision }, entry, newEvents: undefined, expected: entry.revision as ExpectedRevision };
-    }
+    if (events.length === 0) return { events, entry, revision: entry.revision, newEvents: undefined, expected: entry.revision as ExpectedRevision };
     const metadata: EventMetadata = {
       correlation_id: meta.correlation_id,
       causation_id: meta.causation_id,
@@ -135,9 +178,8 @@ export class CommandBus {
       data: e.data,
       metadata,
     }));
-    const state = events.reduce((s, e) => decider.evolve(s, e), entry.state);
     const expected: ExpectedRevision = entry.revision < 0 ? 'no_stream' : entry.revision;
-    return { result: { events, state, revision: entry.revision + events.length }, entry, newEvents, expected, lastEventId: entry.lastEventId };
+    return { events, entry, revision: entry.revision + events.length, newEvents, expected, evolve: decider.evolve as (state: State, event: DomainEvent) => State };
   }
 
   /**
@@ -147,14 +189,17 @@ export class CommandBus {
    * decided again, as after a version conflict.
    */
   private pending<State>(
-    stream: string, decided: { result: { state: State; revision: number }; newEvents?: NewEvent[]; expected: ExpectedRevision }, appended: Promise<AppendResult>,
+    stream: string, decided: { entry: CacheEntry<State>; events: DomainEvent[]; revision: number; newEvents?: NewEvent[]; expected: ExpectedRevision; evolve?: (state: State, event: DomainEvent) => State },
+    appended: Promise<AppendResult>,
   ): CacheEntry<State> {
     const position = appended.then(({ revision, position: at }) => {
-      if (revision !== decided.result.revision) throw new WrongExpectedVersionError(stream, decided.expected, revision);
+      if (revision !== decided.revision) throw new WrongExpectedVersionError(stream, decided.expected, revision);
+      next.durable = true;
+      next.position = at;
       return at;
     });
     position.catch(() => undefined);
-    const next: CacheEntry<State> = { state: decided.result.state, revision: decided.result.revision, lastEventId: decided.newEvents?.at(-1)?.id, position };
+    const next = new CacheEntry<State>(decided.revision, decided.newEvents?.at(-1)?.id, position, { below: decided.entry, events: decided.events, evolve: decided.evolve! });
     this.remember(stream, next);
     return next;
   }
@@ -175,16 +220,10 @@ export class CommandBus {
         const each = [];
         // One time for the commands of one request: its events (a name reservation and its agent) happened together.
         const now = this.clock().toISOString();
-        try {
-          for (const [i, step] of steps.entries()) each.push(await this.decideOn(step.stream, step.decider, step.command, meta, sequences[i]!, now));
-        } catch (error) {
-          // A later step refused: the earlier steps' evolve may have changed their cached states in place
-          // (deciders' states are not copied), with nothing appended. Those states are gone.
-          each.forEach((d, i) => { if (d.newEvents && this.cache.get(streams[i]!) === d.entry) this.cache.delete(streams[i]!); });
-          throw error;
-        }
+        // A later step refused leaves the earlier steps' cached states as they were: deciding does not change them.
+        for (const [i, step] of steps.entries()) each.push(await this.decideOn(step.stream, step.decider, step.command, meta, sequences[i]!, now));
         const writing = each.flatMap((d, i) => (d.newEvents
-          ? [{ i, stream: streams[i]!, events: d.newEvents, expected: d.expected, expectedLastEventId: d.lastEventId }]
+          ? [{ i, stream: streams[i]!, events: d.newEvents, expected: d.expected, expectedLastEventId: d.entry.lastEventId }]
           : []));
         const appends = writing.map(({ stream, events, expected, expectedLastEventId }) => ({ stream, events, expected, expectedLastEventId }));
         // Decided on a state that includes appends still on their way: a store that cannot check the last
@@ -214,25 +253,38 @@ export class CommandBus {
           // nor may a state decided on top of it since (its append fails on the revision, but a decision
           // that appends nothing would stand on events that were never written).
           const cached = this.cache.get(stream);
-          if (appended[k]!.revision !== decided.each[i]!.result.revision && cached && cached.revision >= decided.each[i]!.result.revision) this.cache.delete(stream);
+          if (appended[k]!.revision !== decided.each[i]!.revision && cached && cached.revision >= decided.each[i]!.revision) this.cache.delete(stream);
         });
         results = await Promise.all(decided.each.map(async (d, i) => {
           const k = decided.writing.findIndex((w) => w.i === i);
           if (k >= 0) {
             const { position, revision } = appended[k]!;
-            if (revision === d.result.revision) return { ...d.result, position, revision };
+            if (revision === d.revision) return { events: d.events, state: decided.entries[i]!.state, position, revision };
             // An idempotent replay: this decision was not written. Answer with what was, and with the stream as it is.
             return { ...(await this.replayed(streams[i]!, steps[i]!.decider, decided.writing[k]!.events, revision)), position, revision };
           }
           // Nothing to append: the answer stands once the events it was decided on are durable. If those
           // fail to append, it was decided on a state that never was: decide again.
-          return { ...d.result, position: await decided.entries[i]!.position };
+          return { events: d.events, state: d.entry.state, revision: d.revision, position: await decided.entries[i]!.position };
         }));
       } catch (error) {
         streams.forEach((stream, i) => { if (this.cache.get(stream) === decided.entries[i]) this.cache.delete(stream); });
         // What is cached for a stream this call appended to may stand on the failed append (a command
         // decided on it since, whose own append will fail too): the next command reads the stream from the log.
-        if (decided.append) for (const { stream } of decided.writing) this.cache.delete(stream);
+        if (decided.append) {
+          for (const { i, stream } of decided.writing) {
+            this.cache.delete(stream);
+            // The state this append was decided on is still the log's at its revision if nothing has been decided
+            // on the failed append since (which would have applied its events to it, in place): keep it, to read
+            // only what was written since (another node's events, or this append's after all, if its outcome was unknown).
+            const below = decided.each[i]!.entry;
+            if (below.heir === decided.entries[i] && below.current) {
+              below.heir = undefined;
+              below.suspect = true;
+              this.remember(stream, below);
+            }
+          }
+        }
         if (!(error instanceof WrongExpectedVersionError) || attempt >= MAX_ATTEMPTS) throw error;
         continue;
       }
@@ -257,42 +309,57 @@ export class CommandBus {
   private async replayed<State, Event extends DomainEvent>(stream: string, decider: Decider<State, unknown, Event>, ids: NewEvent[], revision: number) {
     const stored = await this.store.readStream(stream, { fromRevision: revision - ids.length + 1, limit: ids.length });
     if (stored.length !== ids.length || stored.some((e, i) => e.id !== ids[i]!.id)) throw new Error(`idempotent replay on ${stream}: the log does not hold the events it reported`);
-    const { state } = await this.load(stream, decider);
+    const { state } = await this.read(stream, decider);
     return { events: stored.map((e) => ({ type: e.type, data: e.data }) as Event), state };
   }
 
   /** The log has events of `stream` past the cached state: another process appended to it. */
-  private async isStale(stream: string, entry: CacheEntry<unknown>): Promise<boolean> {
+  private async isStale<State>(stream: string, entry: CacheEntry<State>): Promise<boolean> {
     const info = await this.store.streamInfo(stream);
     return (info?.revision ?? -1) > entry.revision;
   }
 
-  private async reload<State, Event extends DomainEvent>(stream: string, decider: Decider<State, unknown, Event>): Promise<CacheEntry<State>> {
-    const entry = await this.load(stream, decider);
-    this.remember(stream, entry);
-    return entry;
+  /**
+   * The stream's state from the log: read on from `entry` (dropped from the cache) if it is still the log's state
+   * at its revision, else read whole; cached.
+   */
+  private async refresh<State, Event extends DomainEvent>(stream: string, decider: Decider<State, unknown, Event>, entry: CacheEntry<State>): Promise<CacheEntry<State>> {
+    if (this.cache.get(stream) === entry) this.cache.delete(stream);
+    const fresh = await this.read(stream, decider, entry.current && entry.revision >= 0 ? entry : undefined);
+    this.remember(stream, fresh);
+    return fresh;
   }
 
-  private async load<State, Event extends DomainEvent>(stream: string, decider: Decider<State, unknown, Event>): Promise<CacheEntry<State>> {
-    let state = decider.initialState();
-    let revision = -1;
-    let position = 0;
-    let lastEventId: string | undefined;
-    for (let from = 0; ; ) {
-      const page = await this.store.readStream(stream, { fromRevision: from, limit: 1000 });
+  /**
+   * The stream's state from the log, read whole, or from `from` on: its state, changed in place by the events
+   * after its revision, once the log shows that it still holds `from`'s last event at that revision.
+   */
+  private async read<State, Event extends DomainEvent>(stream: string, decider: Decider<State, unknown, Event>, from?: CacheEntry<State>): Promise<CacheEntry<State>> {
+    let state = from ? from.state : decider.initialState();
+    let revision = from?.revision ?? -1;
+    let position = typeof from?.position === 'number' ? from.position : 0;
+    let lastEventId = from?.lastEventId;
+    if (from) from.spent = true;
+    for (let at = Math.max(revision, 0); ; ) {
+      const page = await this.store.readStream(stream, { fromRevision: at, limit: 1000 });
       for (const e of page) {
+        if (from && e.revision === from.revision) {
+          if (e.id !== from.lastEventId) return this.read(stream, decider); // not the stream it was: read it whole
+          continue;
+        }
         state = decider.evolve(state, { type: e.type, data: e.data } as Event);
         revision = e.revision;
         position = e.position;
         lastEventId = e.id;
       }
+      if (from && at === from.revision && page[0]?.revision !== from.revision) return this.read(stream, decider);
       if (page.length < 1000) break;
-      from = revision + 1;
+      at = revision + 1;
     }
-    return { state, revision, lastEventId, position };
+    return new CacheEntry<State>(revision, lastEventId, position, { value: state });
   }
 
-  private remember(stream: string, entry: CacheEntry<unknown>): void {
+  private remember<State>(stream: string, entry: CacheEntry<State>): void {
     this.cache.delete(stream);
     this.cache.set(stream, entry);
     if (this.cache.size > CACHE_LIMIT) this.cache.delete(this.cache.keys().next().value!);

@@ -314,3 +314,69 @@ t.test('a refusal recorded for a request sent with an Idempotency-Key is answere
   t.ok(state.state.values.has('k'), 'k is still set');
   t.equal((await nodeA.handle(stream, configDecider, del, keyed('S'))).events[0]!.type, 'ConfigValueDeleted', 'another key deletes it');
 });
+
+/** The event store with a record of the revisions each readStream call started from (what the bus read, not what it decided). */
+function recordingReads(store: EmbeddedEventStore): { store: EventStore; reads: number[] } {
+  const reads: number[] = [];
+  const recording = Object.assign(Object.create(store) as EmbeddedEventStore, {
+    readStream: (stream: string, options?: { fromRevision?: number; limit?: number }) => {
+      reads.push(options?.fromRevision ?? 0);
+      return store.readStream(stream, options);
+    },
+  });
+  return { store: recording, reads };
+}
+
+t.test('two nodes writing one stream in turn: after a conflict a node reads only the events written since, not the whole stream', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const store = new EmbeddedEventStore(file);
+  const other = new EmbeddedEventStore(file); // a second API node on the same log
+  t.teardown(async () => { await store.close(); await other.close(); });
+  const { store: recorded, reads } = recordingReads(store);
+  const [nodeA, nodeB] = [new CommandBus(recorded), new CommandBus(other)];
+  const scope = { agent: 'a', user: 'u' };
+  const stream = memoryStream(scope.agent, scope.user);
+  const storeText = (text: string) => ({ type: 'StoreMemory' as const, data: { ...scope, text, session: null } });
+
+  for (let i = 0; i < 2500; i++) await nodeA.handle(stream, memoryDecider, storeText(`fact ${i}`), meta());
+  t.same(reads, [0], 'node A read the empty stream once, then decided on its cached state');
+  const fromB = await nodeB.handle(stream, memoryDecider, storeText('written by node B'), meta());
+  t.equal(fromB.revision, 2500);
+
+  reads.length = 0;
+  const next = await nodeA.handle(stream, memoryDecider, storeText('fact after B'), meta());
+  t.equal(next.revision, 2501, 'the append that conflicted was decided again, after node B\'s event');
+  t.same(reads, [2499], 'and node A read from its last known event on, not the 2,501 events from the start');
+  // Node A's state has node B's memory: the same text resolves to B's memory (no duplicate).
+  const again = await nodeA.handle(stream, memoryDecider, storeText('written by node B'), meta());
+  t.same(again.events, [], 'the same text again: nothing to store');
+  t.ok(again.state.memories.has((fromB.events[0] as { data: { memory_id: string } }).data.memory_id), 'B\'s memory is in node A\'s state');
+
+  // The same for a command that appends nothing, checked against the log (a keyed repeat or a no-op).
+  await nodeB.handle(stream, memoryDecider, storeText('second from node B'), meta());
+  reads.length = 0;
+  const noop = await nodeA.handle(stream, memoryDecider, { type: 'DeleteMemory' as const, data: { ...scope, memory_id: 'missing' } }, meta()).catch((e: unknown) => e);
+  t.match(noop, { name: 'DomainError', kind: 'not_found' });
+  t.same(reads, [2501], 'a refusal on a stale cache reads on from its last known event only');
+  t.equal((await store.readStream(stream)).length, 2503);
+});
+
+t.test('a conflict behind pipelined commands still reads the stream whole, and every command ends up right', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const store = new EmbeddedEventStore(file);
+  const other = new EmbeddedEventStore(file);
+  t.teardown(async () => { await store.close(); await other.close(); });
+  const { store: recorded, reads } = recordingReads(store);
+  const bus = new CommandBus(recorded);
+  const stream = configStream('p');
+  const setKey = (key: string, value: number) => ({ type: 'SetConfigValue' as const, data: { project_id: 'p', key, value } });
+  for (let i = 0; i < 5; i++) await bus.handle(stream, configDecider, setKey(`k${i}`, i), meta());
+  await other.append(stream, [{ id: randomUUID(), type: 'ConfigValueSet', data: { project_id: 'p', key: 'k0', value: 'x', set_at: '' }, metadata: { correlation_id: 'o', causation_id: 'o', actor: 'o', occurred_at: '' } }], 4);
+  reads.length = 0;
+  // The second is decided on the first's state (its events applied in place): the state before both is gone.
+  const results = await Promise.all([bus.handle(stream, configDecider, setKey('a', 1), meta()), bus.handle(stream, configDecider, setKey('b', 2), meta())]);
+  t.same(results.map((r) => r.events.length), [1, 1]);
+  t.equal(reads[0], 0, 'read whole');
+  const k0 = await bus.handle(stream, configDecider, setKey('k0', 0), meta());
+  t.equal(k0.events.length, 1, 'k0 is "x" in the log: setting it back to 0 is a change');
+});
