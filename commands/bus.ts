@@ -89,6 +89,13 @@ class CacheEntry<State> {
   }
 }
 
+/**
+ * The append wrote the events decided at `revision`: not an idempotent replay of an earlier request's (ending at
+ * another revision, or, if another node wrote that request's events just past the state decided on, at this one,
+ * which only a store that says `written` can tell).
+ */
+const isWritten = (result: AppendResult, revision: number): boolean => result.revision === revision && result.written !== false;
+
 /** A refusal decided on a state that includes an append still on its way (`append`: its position). */
 class RefusedBehindAppend {
   constructor(readonly refusal: unknown, readonly append: Promise<number>) {}
@@ -192,8 +199,8 @@ export class CommandBus {
     stream: string, decided: { entry: CacheEntry<State>; events: DomainEvent[]; revision: number; newEvents?: NewEvent[]; expected: ExpectedRevision; evolve?: (state: State, event: DomainEvent) => State },
     appended: Promise<AppendResult>,
   ): CacheEntry<State> {
-    const position = appended.then(({ revision, position: at }) => {
-      if (revision !== decided.revision) throw new WrongExpectedVersionError(stream, decided.expected, revision);
+    const position = appended.then(({ revision, position: at, written }) => {
+      if (revision !== decided.revision || written === false) throw new WrongExpectedVersionError(stream, decided.expected, revision);
       next.durable = true;
       next.position = at;
       return at;
@@ -253,13 +260,13 @@ export class CommandBus {
           // nor may a state decided on top of it since (its append fails on the revision, but a decision
           // that appends nothing would stand on events that were never written).
           const cached = this.cache.get(stream);
-          if (appended[k]!.revision !== decided.each[i]!.revision && cached && cached.revision >= decided.each[i]!.revision) this.cache.delete(stream);
+          if (!isWritten(appended[k]!, decided.each[i]!.revision) && cached && cached.revision >= decided.each[i]!.revision) this.cache.delete(stream);
         });
         results = await Promise.all(decided.each.map(async (d, i) => {
           const k = decided.writing.findIndex((w) => w.i === i);
           if (k >= 0) {
             const { position, revision } = appended[k]!;
-            if (revision === d.revision) return { events: d.events, state: decided.entries[i]!.state, position, revision };
+            if (isWritten(appended[k]!, d.revision)) return { events: d.events, state: decided.entries[i]!.state, position, revision };
             // An idempotent replay: this decision was not written. Answer with what was, and with the stream as it is.
             return { ...(await this.replayed(streams[i]!, steps[i]!.decider, decided.writing[k]!.events, revision)), position, revision };
           }

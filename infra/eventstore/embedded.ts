@@ -172,7 +172,7 @@ export class EmbeddedEventStore implements EventStore {
       }
       if (outcome.written) this.remember(pending, outcome.result, recorded_at);
       outcome.also?.forEach((part, j) => { if (part.written) this.remember(pending.with![j]!, part.result, recorded_at); });
-      pending.resolve([outcome.result, ...(outcome.also ?? []).map((p) => p.result)]);
+      pending.resolve([{ ...outcome.result, written: outcome.written }, ...(outcome.also ?? []).map((p) => ({ ...p.result, written: p.written }))]);
     });
     if (head > 0) this.appended.emit('appended', head);
     this.appended.emit('settled');

@@ -48,6 +48,11 @@ export interface AppendResult {
   revision: number;
   /** Global position of the last event written. */
   position: number;
+  /**
+   * false: an idempotent retry, which found these events in the log and wrote nothing. Absent where the store
+   * cannot tell (EventStoreDB answers a retry as it answered the first append).
+   */
+  written?: boolean;
 }
 
 export interface StreamInfo {

@@ -380,3 +380,28 @@ t.test('a conflict behind pipelined commands still reads the stream whole, and e
   const k0 = await bus.handle(stream, configDecider, setKey('k0', 0), meta());
   t.equal(k0.events.length, 1, 'k0 is "x" in the log: setting it back to 0 is a change');
 });
+
+t.test('one request with an Idempotency-Key taken by two nodes at the same moment: both answer what the log holds', async (t) => {
+  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const [storeA, storeB] = [new EmbeddedEventStore(file), new EmbeddedEventStore(file)];
+  t.teardown(async () => { await storeA.close(); await storeB.close(); });
+  // Clocks a day apart, so each node's decision is its own.
+  const nodeA = new CommandBus(storeA, () => new Date('2026-01-01T00:00:00.000Z'));
+  const nodeB = new CommandBus(storeB, () => new Date('2026-01-02T00:00:00.000Z'));
+  const keyed = (key: string): RequestMeta => ({ ...meta(), request_key: `idem:${key}` });
+  const stream = configStream('p');
+  for (let round = 0; round < 5; round++) {
+    await nodeA.handle(stream, configDecider, set(round), meta());
+    await nodeB.state(stream, configDecider, meta()); // both nodes cache the same revision
+    const command = { type: 'SetConfigValue' as const, data: { project_id: 'p', key: `j${round}`, value: round } };
+    // Both decide on the same revision and append the same event ids: one writes, the other's append is a replay at the very revision it expected.
+    const [a, b] = await Promise.all([nodeA.handle(stream, configDecider, command, keyed(`K${round}`)), nodeB.handle(stream, configDecider, command, keyed(`K${round}`))]);
+    const logged = (await storeA.readStream(stream)).at(-1)!;
+    t.same(a.events.map((e) => e.data), [logged.data], `round ${round}: node A answers the event the log holds`);
+    t.same(b.events.map((e) => e.data), [logged.data], `round ${round}: node B answers the event the log holds`);
+    t.equal(a.position, b.position);
+    // Each node's cached state is the log's: the value set at the other node's time is unchanged, not a change.
+    for (const node of [nodeA, nodeB]) t.same((await node.handle(stream, configDecider, command, meta())).events, [], `round ${round}: nothing to change`);
+  }
+  t.equal((await storeA.readStream(stream)).length, 10, 'each request written once');
+});
