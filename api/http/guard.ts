@@ -1,4 +1,5 @@
 import type Koa from 'koa';
+import { unauthorized } from './problem.js';
 
 /**
  * Both APIs are server-side only: anything that looks like a browser's call is refused (403).
@@ -13,4 +14,26 @@ export function browserSignal(ctx: Koa.Context): string | undefined {
   const site = ctx.headers['sec-fetch-site'];
   if (site !== undefined) return `browser requests are not accepted (Sec-Fetch-Site: ${String(site).toLowerCase().slice(0, 32)})`;
   return undefined;
+}
+
+/**
+ * How many times the request carries the header `name` (lower-case). Node keeps only the first of a
+ * repeated Authorization or Host header in `headers` and drops the others without a word.
+ */
+export function headerLines(ctx: Koa.Context, name: string): number {
+  const raw = ctx.req.rawHeaders;
+  let lines = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === name.length && raw[i]!.toLowerCase() === name) lines++;
+  return lines;
+}
+
+/**
+ * The token of `Authorization: Bearer <token>` (the scheme in any case), or undefined when there is none
+ * or the header is not of that form. An Authorization header sent more than once is refused (401) rather
+ * than read as its first line: a proxy in front may have checked, or added, another one (RFC 9110 §5.3
+ * allows a header that is not a list once).
+ */
+export function bearerToken(ctx: Koa.Context): string | undefined {
+  if (headerLines(ctx, 'authorization') > 1) throw unauthorized('the Authorization header was sent more than once; send one');
+  return /^Bearer\s+(\S+)$/i.exec(ctx.get('Authorization'))?.[1];
 }

@@ -1,6 +1,6 @@
 import type Koa from 'koa';
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { browserSignal } from '../http/guard.js';
+import { bearerToken, browserSignal, headerLines } from '../http/guard.js';
 import { unauthorized } from '../http/problem.js';
 import type { Principal } from '../http/routes.js';
 
@@ -18,6 +18,8 @@ export function memoryGuard(allowedHosts: string[] | undefined) {
     const browser = browserSignal(ctx);
     if (browser) return browser;
     if (allowedHosts && allowedHosts.length > 0 && !PROBES.has(ctx.path)) {
+      // Node reads only the first of several Host headers; which one a proxy in front routed by is unknown.
+      if (headerLines(ctx, 'host') > 1) return 'requests with more than one Host header are not accepted';
       const host = (ctx.get('Host') || '').toLowerCase();
       if (!allowedHosts.includes(host) && !allowedHosts.includes(host.replace(/:\d+$/, ''))) return 'requests for this host are not accepted';
     }
@@ -30,10 +32,10 @@ export function ownerAuthenticator(ownerToken: string | undefined) {
   const expected = ownerToken ? createHash('sha256').update(ownerToken).digest() : undefined;
   return async (ctx: Koa.Context): Promise<Principal> => {
     if (!expected) return { kind: 'owner', verified: false };
-    const match = /^Bearer\s+(\S+)$/i.exec(ctx.get('Authorization'));
-    if (!match) throw unauthorized('owner token required: Authorization: Bearer <MEMORY_OWNER_TOKEN>');
+    const token = bearerToken(ctx);
+    if (token === undefined) throw unauthorized('owner token required: Authorization: Bearer <MEMORY_OWNER_TOKEN>');
     // Hashing both sides gives equal lengths, so timingSafeEqual never leaks the token's length.
-    const presented = createHash('sha256').update(match[1]!).digest();
+    const presented = createHash('sha256').update(token).digest();
     if (!timingSafeEqual(presented, expected)) throw unauthorized('owner token is not valid');
     return { kind: 'owner', verified: true };
   };

@@ -5,6 +5,7 @@ import type { Config } from '../../infra/config.js';
 import type { Logger } from '../../infra/logger.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import type { ApiKeyDoc } from '../../projections/apikeys/projection.js';
+import { bearerToken } from '../http/guard.js';
 import { ProblemError, unauthorized } from '../http/problem.js';
 import { requestedMinPosition, requestSignal, type AuthKind, type Principal } from '../http/routes.js';
 import { hashApiKey, isWellFormedApiKey } from '../../infra/apikeys.js';
@@ -82,8 +83,8 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
     }
   }
 
+  /** `token` is a well-formed key (isWellFormedApiKey). */
   async function apiKey(token: string, correlationId?: string): Promise<Principal> {
-    if (!isWellFormedApiKey(token)) throw unauthorized('API key is malformed');
     const hash = hashApiKey(token);
     let doc = known.get(hash);
     if (!doc) {
@@ -127,13 +128,13 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
   }
 
   async function authenticate(ctx: Koa.Context, accepted: AuthKind[]): Promise<Principal> {
-    const header = ctx.get('Authorization');
-    const match = /^Bearer\s+(\S+)$/i.exec(header);
+    const token = bearerToken(ctx);
     const wants = accepted.map((a) => (a === 'key' ? 'a project API key' : 'a dashboard session token')).join(' or ');
-    if (!match) throw unauthorized(`this operation needs ${wants} as Authorization: Bearer`);
-    const token = match[1]!;
+    if (token === undefined) throw unauthorized(`this operation needs ${wants} as Authorization: Bearer`);
     const isKey = token.startsWith('sk_');
     if (isKey && accepted.includes('key')) {
+      // Shape and checksum first: a lookalike is refused before anything is done for it, a wait included.
+      if (!isWellFormedApiKey(token)) throw unauthorized('API key is malformed');
       const minPosition = waitForKeys ? requestedMinPosition(ctx) : undefined;
       if (minPosition !== undefined) await waitForKeys!(minPosition, requestSignal(ctx));
       return apiKey(token, (ctx.state.meta as { correlation_id?: string } | undefined)?.correlation_id);
