@@ -118,7 +118,10 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   };
 
   const deps: PlatformDeps = { bus, events, reads, waitFor: (name, position, signal) => waitFor([name], position, signal), log };
-  platformAuth = platformAuthenticator(config.auth, reads, recordKeyUse, clock, (position, signal) => waitFor(['api-keys'], position, signal));
+  // A key's creation is in the log: waiting past its head for a key (a position far ahead, sent with a key
+  // that does not exist) would only hold the request until CONSISTENCY_TIMEOUT_MS.
+  platformAuth = platformAuthenticator(config.auth, reads, recordKeyUse, clock,
+    async (position, signal) => waitFor(['api-keys'], Math.min(position, await events.headPosition()), signal));
   // Both services run on this process's projections: they answer /readyz alike.
   const health = healthRoutes(() => readiness(host, { events, reads }, config.readyMaxLag));
   const platformApp = createPlatformApp(deps, {

@@ -172,13 +172,27 @@ function authConfig(env: NodeJS.ProcessEnv): Config['auth'] {
     audience: optional(env.AUTH_AUDIENCE),
     sessionMaxAgeSeconds: bounded('AUTH_SESSION_MAX_AGE', 86_400, 60, 31_536_000, env),
   };
+  // RFC 7518 §3.2: an HS256 key at least as long as the hash (jose takes a key of any length).
+  if (auth.jwtSecret !== undefined && Buffer.byteLength(auth.jwtSecret, 'utf8') < 32) {
+    throw new ConfigError(`AUTH_JWT_SECRET must be at least 32 bytes (is ${Buffer.byteLength(auth.jwtSecret, 'utf8')}): a shorter HS256 secret can be guessed offline from any token`);
+  }
   if (auth.jwksUrl) {
+    // The key set decides who can sign in: over plain HTTP anyone on the path could substitute their own keys.
+    let url: URL | undefined;
+    try { url = new URL(auth.jwksUrl); } catch { /* reported below */ }
+    if (!url || (url.protocol !== 'https:' && !(url.protocol === 'http:' && isLoopback(url.hostname)))) {
+      throw new ConfigError(`AUTH_JWKS_URL must be an https URL (http only for a loopback host), got ${JSON.stringify(auth.jwksUrl)}`);
+    }
     const missing = [auth.issuer ? [] : ['AUTH_ISSUER'], auth.audience ? [] : ['AUTH_AUDIENCE']].flat();
     if (missing.length > 0) {
       throw new ConfigError(`AUTH_JWKS_URL needs ${missing.join(' and ')}: an identity provider signs tokens for other applications too, and only its iss and aud tell them apart`);
     }
   }
   return auth;
+}
+
+function isLoopback(hostname: string): boolean {
+  return hostname === 'localhost' || hostname === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname);
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {

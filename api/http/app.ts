@@ -96,6 +96,8 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     ctx.set('X-Request-Id', requestId);
     // Answers carry project data, keys shown once and personal memories: no cache (browser, proxy) keeps them.
     ctx.set('Cache-Control', 'no-store');
+    // Nor may a browser that gets one anyway read it as another type than it says (HTML from a JSON body).
+    ctx.set('X-Content-Type-Options', 'nosniff');
     // The request's logger is made when something logs (most requests at LOG_LEVEL=warn log nothing).
     let child: Logger | undefined;
     const logger = () => (child ??= options.log.child({ request_id: requestId, service: options.name }));

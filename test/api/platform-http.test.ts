@@ -42,7 +42,10 @@ t.test('no answer may be cached: keys shown once, project data and memories carr
     'an unknown route': await app.platform('/nothing-here'),
     'a memory export': await fetch(`${app.memoryUrl}/v1/export?agent=a&user=u`),
   };
-  for (const [what, res] of Object.entries(answers)) t.equal(res.headers.get('cache-control'), 'no-store', what);
+  for (const [what, res] of Object.entries(answers)) {
+    t.equal(res.headers.get('cache-control'), 'no-store', what);
+    t.equal(res.headers.get('x-content-type-options'), 'nosniff', `${what}: never read as another type than it says`);
+  }
 });
 
 t.test('request ids are echoed and recorded as correlation ids', async (t) => {

@@ -1,5 +1,6 @@
 import t from 'tap';
 import { request } from 'node:http';
+import { generateApiKey } from '../../infra/apikeys.js';
 import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
 
 // Findings of the authentication audit, each reproduced against the started app.
@@ -41,6 +42,13 @@ t.test('a key that fails its shape or checksum is refused before any wait for th
     }
   }
   t.equal(app.pendingWaits(), 0, 'no wait was left behind');
+  // A well-formed key that does not exist (anyone can compute a checksum): its creation would be in the log,
+  // so the wait for the key read model goes no further than the log's head.
+  const unknown = generateApiKey().key;
+  const started = Date.now();
+  const refused = await app.platform('/agents', { headers: { ...bearer(unknown), ...farAhead } });
+  t.equal(refused.status, 401, 'an unknown well-formed key with X-Min-Position far ahead: 401');
+  t.ok(Date.now() - started < 2500, `at once, not after CONSISTENCY_TIMEOUT_MS (took ${Date.now() - started} ms)`);
   // A well-formed key still waits for the position it names (its creation's X-Event-Position works at once).
   const res = await app.platform('/agents', { headers: { ...bearer(key), 'X-Min-Position': '1' } });
   t.equal(res.status, 200);

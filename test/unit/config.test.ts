@@ -83,3 +83,21 @@ t.test('timeouts and retries: bounded, since a timer past 2^31 - 1 ms fires at o
   t.equal(llm({ LLM_MAX_RETRIES: '10' }).maxRetries, 10);
   t.throws(() => loadConfig({ LLM_MAX_RETRIES: '11' }), /LLM_MAX_RETRIES must be an integer from 0 to 10/);
 });
+
+t.test('AUTH_JWT_SECRET: at least 32 bytes (RFC 7518 §3.2), counted in UTF-8 bytes', async (t) => {
+  t.throws(() => loadConfig({ AUTH_JWT_SECRET: 'x'.repeat(31) }), /AUTH_JWT_SECRET must be at least 32 bytes \(is 31\)/);
+  t.equal(loadConfig({ AUTH_JWT_SECRET: 'x'.repeat(32) }).auth.jwtSecret, 'x'.repeat(32));
+  t.throws(() => loadConfig({ AUTH_JWT_SECRET: 'é'.repeat(15) + 'x' }), /is 31/, 'é is two bytes');
+  t.equal(loadConfig({ AUTH_JWT_SECRET: 'é'.repeat(16) }).auth.jwtSecret?.length, 16);
+  t.equal(loadConfig({ AUTH_JWT_SECRET: '' }).auth.jwtSecret, undefined, 'empty is unset');
+});
+
+t.test('AUTH_JWKS_URL: https, or http to a loopback host only', async (t) => {
+  const issued = { AUTH_ISSUER: 'https://idp.example/', AUTH_AUDIENCE: 'cairn' };
+  for (const ok of ['https://idp.example/jwks', 'http://127.0.0.1:8443/jwks', 'http://127.9.9.9/jwks', 'http://localhost/jwks', 'http://[::1]:1/jwks']) {
+    t.equal(loadConfig({ AUTH_JWKS_URL: ok, ...issued }).auth.jwksUrl, ok, ok);
+  }
+  for (const bad of ['http://idp.example/jwks', 'http://10.0.0.1/jwks', 'http://127.0.0.1.nip.io/jwks', 'ftp://idp.example/jwks', 'idp.example/jwks']) {
+    t.throws(() => loadConfig({ AUTH_JWKS_URL: bad, ...issued }), /AUTH_JWKS_URL must be an https URL \(http only for a loopback host\)/, bad);
+  }
+});
