@@ -135,8 +135,9 @@ function loadProviders(env: NodeJS.ProcessEnv): ProvidersConfig {
       baseUrl: llmBaseUrl,
       apiKey: optional(env.LLM_API_KEY),
       chatModel: optional(env.LLM_CHAT_MODEL) ?? 'gpt-4o-mini',
-      // Timers take at most 2^31 - 1 ms: a longer one fires at once (Node sets it to 1 ms), so every request would time out.
-      timeoutMs: bounded('LLM_TIMEOUT_MS', 60_000, 1, 3_600_000, env),
+      // Node's fetch stops waiting for a reply's headers after 300 s whatever the request's own timeout says (a
+      // longer setting would fail at 300 s as "unreachable"): a non-streamed completion must begin within that.
+      timeoutMs: bounded('LLM_TIMEOUT_MS', 60_000, 1, 300_000, env),
       maxRetries: bounded('LLM_MAX_RETRIES', 2, 0, 10, env),
     },
     embeddings: {

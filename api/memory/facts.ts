@@ -26,15 +26,25 @@ function tryParse(text: string): unknown {
  * reasoning) with a few braces of its own, and a bound on the work for a long reply that holds no JSON.
  */
 const MAX_STARTS = 64;
+/**
+ * How many characters the tries read in all: a bracket that never closes is read to the end of the
+ * reply, so without this a long reply of unclosed brackets (a local model repeating "[[[[") would be read
+ * MAX_STARTS times over, holding the event loop for seconds. A reply's JSON is found well within it.
+ */
+const SCAN_BUDGET = 4 * 1024 * 1024;
+/** Nesting beyond this is no facts list ({"facts": [{"fact": ...}]} is 3 deep) and ends a try. */
+const MAX_DEPTH = 32;
 
 /**
- * Where the object or array opening at `start` closes (the index after it), or -1 when it does not:
- * brackets inside JSON strings do not count, and a bracket closed by the wrong kind ends the attempt.
+ * Where the object or array opening at `start` closes (`close`, the index after it, or -1 when it does
+ * not before `limit`), and where reading stopped (`stop`): brackets inside JSON strings do not count,
+ * and a bracket closed by the wrong kind, or nesting deeper than MAX_DEPTH, ends the attempt.
  */
-function closingIndex(text: string, start: number): number {
+function closingIndex(text: string, start: number, limit: number): { close: number; stop: number } {
   const expected: string[] = [];
   let inString = false;
-  for (let i = start; i < text.length; i++) {
+  const end = Math.min(text.length, limit);
+  for (let i = start; i < end; i++) {
     const c = text[i];
     if (inString) {
       if (c === '\\') i++;
@@ -42,13 +52,22 @@ function closingIndex(text: string, start: number): number {
     } else if (c === '"') {
       inString = true;
     } else if (c === '{' || c === '[') {
-      expected.push(c === '{' ? '}' : ']');
+      if (expected.push(c === '{' ? '}' : ']') > MAX_DEPTH) return { close: -1, stop: i + 1 };
     } else if (c === '}' || c === ']') {
-      if (expected.pop() !== c) return -1;
-      if (expected.length === 0) return i + 1;
+      if (expected.pop() !== c) return { close: -1, stop: i + 1 };
+      if (expected.length === 0) return { close: i + 1, stop: i + 1 };
     }
   }
-  return -1;
+  return { close: -1, stop: end };
+}
+
+/**
+ * The reply (or its fenced block) parsed when it is one object or array as a whole. Its brackets are
+ * checked first, in linear time: JSON.parse is slow on deep nesting ("[[[[..." costs it a fifth of a
+ * second per megabyte), and no facts list nests deeper than MAX_DEPTH.
+ */
+function wholeValue(text: string): unknown {
+  return closingIndex(text, 0, text.length).close === text.length ? tryParse(text) : UNPARSED;
 }
 
 /**
@@ -57,19 +76,20 @@ function closingIndex(text: string, start: number): number {
  * facts); from a bracket that opens none (prose such as "{as requested}") the search goes on after it.
  */
 function* embeddedValues(reply: string): Generator<unknown> {
-  let from = 0;
-  for (let tried = 0; tried < MAX_STARTS; tried++) {
-    const open = reply.slice(from).search(/[{[]/);
-    if (open < 0) return;
-    const start = from + open;
-    const end = closingIndex(reply, start);
-    const value = end < 0 ? UNPARSED : tryParse(reply.slice(start, end));
+  const opener = /[{[]/g;
+  let budget = SCAN_BUDGET;
+  for (let tried = 0; tried < MAX_STARTS && budget > 0; tried++) {
+    const start = opener.exec(reply)?.index;
+    if (start === undefined) return;
+    const { close, stop } = closingIndex(reply, start, start + budget);
+    budget -= stop - start;
+    const value = close < 0 ? UNPARSED : tryParse(reply.slice(start, close));
     if (value === UNPARSED) {
-      from = start + 1;
+      opener.lastIndex = start + 1;
       continue;
     }
     yield value;
-    from = end;
+    opener.lastIndex = close;
   }
 }
 
@@ -111,7 +131,7 @@ const factsList = (value: unknown): unknown[] | undefined => {
 export function parseFacts(reply: string): string[] {
   const fenced = /```(?:json|JSON)?\s*([\s\S]*?)```/.exec(reply);
   for (const candidate of fenced ? [reply.trim(), fenced[1]!.trim()] : [reply.trim()]) {
-    const parsed = tryParse(candidate);
+    const parsed = wholeValue(candidate);
     const list = Array.isArray(parsed) ? parsed : factsList(parsed);
     if (list) return factsOf(list);
   }

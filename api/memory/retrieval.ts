@@ -64,17 +64,18 @@ export class Retrieval {
     if (mode !== 'lexical' && !this.deps.semantic) throw embeddingsNotConfigured(mode);
   }
 
-  async search(scope: Scope, query: string, mode: SearchMode, limit: number): Promise<ScoredMemory[]> {
+  /** `signal`: the caller's; a client that hangs up cancels the query's embedding. */
+  async search(scope: Scope, query: string, mode: SearchMode, limit: number, signal?: AbortSignal): Promise<ScoredMemory[]> {
     this.requireMode(mode);
     const key = scopeKey(scope.agent, scope.user);
     let hits: Hit[];
     if (mode === 'lexical') {
       hits = await this.lexical(key, query, limit);
     } else if (mode === 'semantic') {
-      hits = await this.vector(key, query, limit);
+      hits = await this.vector(key, query, limit, signal);
     } else {
       const depth = Math.max(limit, FUSION_DEPTH);
-      const [lexical, vector] = await Promise.all([this.lexical(key, query, depth), this.vector(key, query, depth)]);
+      const [lexical, vector] = await Promise.all([this.lexical(key, query, depth), this.vector(key, query, depth, signal)]);
       hits = reciprocalRankFusion([lexical, vector], limit);
     }
     return this.hydrate(scope, hits);
@@ -85,10 +86,10 @@ export class Retrieval {
     return this.deps.lexical.index.search(scope, query, limit);
   }
 
-  private async vector(scope: string, query: string, limit: number): Promise<Hit[]> {
+  private async vector(scope: string, query: string, limit: number, signal?: AbortSignal): Promise<Hit[]> {
     const semantic = this.deps.semantic!;
     // In the form memory texts are embedded in (trimmed, NFC): a query equal to a memory's text then scores 1.
-    const [[embedding]] = await Promise.all([semantic.embedder.embed([normalizeText(query)]), semantic.sync.ready()]);
+    const [[embedding]] = await Promise.all([semantic.embedder.embed([normalizeText(query)], signal), semantic.sync.ready()]);
     return semantic.index.search(scope, semantic.embedder.model, embedding!, limit);
   }
 

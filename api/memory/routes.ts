@@ -146,7 +146,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const mode = body.mode ?? 'lexical';
         retrieval.requireMode(mode);
         await retrieval.consistent(retrieval.readModels(mode), signal);
-        const results = await viaProvider(log, 'search', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT));
+        const results = await viaProvider(log, 'search', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT, signal));
         return { body: { results } };
       },
     }),
@@ -163,7 +163,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         retrieval.requireMode(mode);
         await retrieval.consistent(retrieval.readModels(mode, [PERSONALITY_PROJECTION]), signal);
         const [memories, personality] = await Promise.all([
-          viaProvider(log, 'context', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT)),
+          viaProvider(log, 'context', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT, signal)),
           retrieval.personality(body.scope),
         ]);
         return { body: { personality: personality?.personality ?? '', memories } };
@@ -189,7 +189,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/ingest', operationId: 'ingestFacts', tag: TAG, auth: ['owner'],
       summary: 'Extract durable facts from a text with the chat provider and store them',
-      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included. The text itself is never stored. A reply that cannot be read as {"facts": [...]}, or whose facts are all dropped (blank, over ${MAX_TEXT_BYTES.toLocaleString('en-US')} bytes or not well-formed Unicode), is a 500, never an empty success; an explicit {"facts": []} stores nothing; so is a reply cut off by the provider's token limit before its JSON was complete. The provider is asked for JSON mode (response_format json_object); one that refuses it with a 400 naming response_format (LM Studio) is asked again without it, and not asked for it again until restart once that worked. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key, an ingest that stored nothing included).`,
+      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included. The text itself is never stored. A reply that cannot be read as {"facts": [...]}, or whose facts are all dropped (blank, over ${MAX_TEXT_BYTES.toLocaleString('en-US')} bytes or not well-formed Unicode), is a 500, never an empty success (when only some are dropped, the others are stored and the log says how many); an explicit {"facts": []} stores nothing; so is a reply cut off by the provider's token limit before its JSON was complete. The provider is asked for JSON mode (response_format json_object); one that refuses it with a 400 naming response_format (LM Studio) is asked again without it, and not asked for it again until restart once that worked. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key, an ingest that stored nothing included).`,
       body: IngestBody,
       responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
       errors: [...WRITE_ERRORS, 503],
@@ -209,7 +209,8 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
           const first = before.state.requests.get(fingerprint);
           if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, before.position, call) }, position: before.position };
         }
-        const reply = await viaProvider(log, 'ingest', () => chat.complete(extractionMessages(body.text), { json: true, temperature: 0 }));
+        // A client that hangs up cancels the provider call (nothing is stored then).
+        const reply = await viaProvider(log, 'ingest', () => chat.complete(extractionMessages(body.text), { json: true, temperature: 0, signal: call.signal }));
         let extracted: string[];
         try {
           extracted = parseFacts(reply);
@@ -220,12 +221,20 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         }
         const facts: string[] = [];
         const texts = new Set<string>();
+        let unstorable = 0;
         for (const raw of extracted) {
           const fact = normalizeText(raw);
+          if (texts.has(fact)) continue; // said twice: one memory
           // Dropped like a text POST /v1/memories refuses: blank, oversize, or not well-formed Unicode.
-          if (fact === '' || Buffer.byteLength(fact, 'utf8') > MAX_TEXT_BYTES || wellFormed('', fact) || texts.has(fact)) continue;
+          if (fact === '' || Buffer.byteLength(fact, 'utf8') > MAX_TEXT_BYTES || wellFormed('', fact)) {
+            unstorable++;
+            continue;
+          }
           texts.add(fact);
           facts.push(fact);
+        }
+        if (unstorable > 0 && facts.length > 0) {
+          log.warn({ provider: 'chat', dropped: unstorable, kept: facts.length }, 'ingest: dropped extracted facts that cannot be stored (blank, over 8,192 bytes or not well-formed Unicode)');
         }
         if (extracted.length > 0 && facts.length === 0) {
           // Blank, over the text limit or not well-formed, every one: not "the text held no facts".
@@ -259,11 +268,11 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         if (!chat) throw llmNotConfigured('chat');
         await retrieval.consistent(retrieval.readModels(mode, [PERSONALITY_PROJECTION]), signal);
         const [memories, doc] = await Promise.all([
-          viaProvider(log, 'chat', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT)),
+          viaProvider(log, 'chat', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT, signal)),
           retrieval.personality(body.scope),
         ]);
         const personality = doc?.personality ?? '';
-        const answer = await viaProvider(log, 'chat', () => chat.complete(chatMessages(personality, memories, body.query)));
+        const answer = await viaProvider(log, 'chat', () => chat.complete(chatMessages(personality, memories, body.query), { signal }));
         return { body: { answer, context: { personality, memories } } };
       },
     }),

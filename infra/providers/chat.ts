@@ -11,10 +11,23 @@ export interface ChatProvider {
   /**
    * One non-streaming completion; resolves to the assistant message's text. With `json`, a reply cut off
    * by the provider's token limit before its JSON is complete is a ProviderError saying so; without it, a
-   * cut-off text is returned as is (it is still an answer), unless it is empty.
+   * cut-off text is returned as is (it is still an answer), unless it is empty. `signal`: aborted when the
+   * answer is no longer wanted (the client went away): the request is cancelled and the signal's reason thrown.
    */
-  complete(messages: ChatMessage[], options?: { json?: boolean; temperature?: number }): Promise<string>;
+  complete(messages: ChatMessage[], options?: CompleteOptions): Promise<string>;
 }
+
+export interface CompleteOptions {
+  json?: boolean;
+  temperature?: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * The largest completion read: far beyond any model's output limit (a 128k-token answer, reasoning
+ * included, is a few MiB as JSON), and a bound on memory for a server that sends without end.
+ */
+export const MAX_CHAT_REPLY_BYTES = 8 * 1024 * 1024;
 
 /**
  * The text of an assistant message's content: a string, or the `text` parts of an array of content parts
@@ -95,14 +108,14 @@ export class OpenAiChat implements ChatProvider {
   /** `log`: where turning JSON mode off is said, once (an operator sees why ingest prompts changed). */
   constructor(private readonly http: HttpProviderOptions, readonly model: string, private readonly log?: Logger) {}
 
-  async complete(messages: ChatMessage[], options: { json?: boolean; temperature?: number } = {}): Promise<string> {
+  async complete(messages: ChatMessage[], options: CompleteOptions = {}): Promise<string> {
     const request = {
       model: this.model,
       messages,
       stream: false,
       ...(options.temperature !== undefined ? { temperature: options.temperature } : {}),
     };
-    const post = (body: object) => postJson('chat', this.http, '/chat/completions', body);
+    const post = (body: object) => postJson('chat', this.http, '/chat/completions', body, { maxReplyBytes: MAX_CHAT_REPLY_BYTES, signal: options.signal });
     let reply: unknown;
     if (options.json && this.jsonMode) {
       try {

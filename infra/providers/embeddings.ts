@@ -6,8 +6,11 @@ import { BODY_LOG_LIMIT, postJson, ProviderError, type HttpProviderOptions } fro
 export interface Embedder {
   /** Recorded with every vector: vectors of different models are never compared. */
   readonly model: string;
-  /** Unit-length vectors, one per text, in order. */
-  embed(texts: string[]): Promise<Float32Array[]>;
+  /**
+   * Unit-length vectors of one dimension, one per text, in order. `signal`: aborted when the vectors are
+   * no longer wanted (the client went away): the request is cancelled and the signal's reason thrown.
+   */
+  embed(texts: string[], signal?: AbortSignal): Promise<Float32Array[]>;
 }
 
 export const LOCAL_EMBEDDING_DIM = 256;
@@ -63,6 +66,12 @@ export class LocalHashEmbedder implements Embedder {
 }
 
 const EMBEDDING_BATCH = 128;
+/**
+ * The largest reply read per input of a batch, plus a little for the envelope: a vector of 8,192
+ * dimensions written with 30 characters each still fits, and a server that sends without end is cut off.
+ */
+const MAX_REPLY_BYTES_PER_INPUT = 256 * 1024;
+const MAX_REPLY_ENVELOPE_BYTES = 64 * 1024;
 
 /**
  * Scaled to unit length in double precision, then narrowed to Float32: narrowing first would turn a
@@ -80,25 +89,50 @@ function unitVector(values: number[]): Float32Array {
   return Float32Array.from(values, (x) => x / max / norm);
 }
 
+type EmbeddingItem = { index?: unknown; embedding?: unknown } | null;
+
+/**
+ * The reply's items in the order of the inputs: by their `index` (OpenAI's reply need not be in input
+ * order), or as sent when no item has one. Indices that are not each input's exactly once (missing on some
+ * items, repeated, out of range) cannot be paired with the inputs, so the reply is refused.
+ */
+function inInputOrder(data: EmbeddingItem[]): EmbeddingItem[] | undefined {
+  if (data.every((item) => item?.index === undefined || item?.index === null)) return data;
+  const ordered: EmbeddingItem[] = new Array(data.length);
+  for (const item of data) {
+    const index = item?.index;
+    if (!Number.isInteger(index) || (index as number) < 0 || (index as number) >= data.length || ordered[index as number] !== undefined) return undefined;
+    ordered[index as number] = item;
+  }
+  return ordered;
+}
+
 /** OpenAI-compatible `POST {base}/embeddings`, batched; vectors are normalised here (not every server does). */
 export class OpenAiEmbedder implements Embedder {
   constructor(private readonly http: HttpProviderOptions, readonly model: string) {}
 
-  async embed(texts: string[]): Promise<Float32Array[]> {
+  async embed(texts: string[], signal?: AbortSignal): Promise<Float32Array[]> {
     const out: Float32Array[] = [];
+    let dim: number | undefined;
     for (let start = 0; start < texts.length; start += EMBEDDING_BATCH) {
       const input = texts.slice(start, start + EMBEDDING_BATCH);
-      const reply = await postJson('embeddings', this.http, '/embeddings', { model: this.model, input });
-      const data = (reply as { data?: Array<{ index?: number; embedding?: unknown }> })?.data;
+      const maxReplyBytes = MAX_REPLY_ENVELOPE_BYTES + input.length * MAX_REPLY_BYTES_PER_INPUT;
+      const reply = await postJson('embeddings', this.http, '/embeddings', { model: this.model, input }, { maxReplyBytes, signal });
+      const data = (reply as { data?: EmbeddingItem[] } | null)?.data;
+      const logged = () => JSON.stringify(reply).slice(0, BODY_LOG_LIMIT);
       if (!Array.isArray(data) || data.length !== input.length) {
-        throw new ProviderError('embeddings', `embeddings reply has ${Array.isArray(data) ? data.length : 'no'} vectors for ${input.length} inputs`, 200, JSON.stringify(reply).slice(0, BODY_LOG_LIMIT));
+        throw new ProviderError('embeddings', `embeddings reply has ${Array.isArray(data) ? data.length : 'no'} vectors for ${input.length} inputs`, 200, logged());
       }
-      const ordered = [...data].sort((a, b) => (a.index ?? 0) - (b.index ?? 0));
-      let dim: number | undefined;
+      const ordered = inInputOrder(data);
+      if (!ordered) throw new ProviderError('embeddings', `embeddings reply's indices are not 0 to ${input.length - 1}, each once`, 200, logged());
       for (const item of ordered) {
-        const e = item.embedding;
-        if (!Array.isArray(e) || e.length === 0 || !e.every((x) => typeof x === 'number' && Number.isFinite(x)) || (dim !== undefined && e.length !== dim)) {
+        const e = item?.embedding;
+        if (!Array.isArray(e) || e.length === 0 || !e.every((x) => typeof x === 'number' && Number.isFinite(x))) {
           throw new ProviderError('embeddings', 'embeddings reply has a malformed vector', 200, JSON.stringify(item).slice(0, BODY_LOG_LIMIT));
+        }
+        // One dimension for the whole call, across batches too: vectors of two dimensions cannot be compared.
+        if (dim !== undefined && e.length !== dim) {
+          throw new ProviderError('embeddings', `embeddings reply has vectors of ${dim} and ${e.length} dimensions`, 200, JSON.stringify(item).slice(0, BODY_LOG_LIMIT));
         }
         dim = e.length;
         out.push(unitVector(e as number[]));

@@ -1,8 +1,9 @@
 /**
  * JSON over HTTP to OpenAI-compatible providers: one timeout per attempt (covering the reply body too),
- * and a bounded retry with exponential backoff on 429 and 5xx (honouring Retry-After up to a cap).
- * Failures become ProviderError, which carries the upstream status and a truncated body for the log;
- * the HTTP layer never puts either into a response.
+ * a bound on the size of a reply, and a bounded retry with exponential backoff on 429 and 5xx (honouring
+ * Retry-After, in seconds or as an HTTP-date, up to a cap). A caller's AbortSignal (its client went away)
+ * cancels the request and any wait for a retry. Failures become ProviderError, which carries the upstream
+ * status and a truncated body for the log; the HTTP layer never puts either into a response.
  */
 export class ProviderError extends Error {
   override readonly name = 'ProviderError';
@@ -38,41 +39,106 @@ export interface HttpProviderOptions {
 
 /** How much of a provider's reply goes into an error and the log (never into a response). */
 export const BODY_LOG_LIMIT = 2000;
-const MAX_RETRY_AFTER_MS = 10_000;
+/** The longest wait before a retry, whether asked for by Retry-After or the backoff's own. */
+const MAX_RETRY_DELAY_MS = 10_000;
+/** How much of a failure's reply is read: enough for BODY_LOG_LIMIT characters of UTF-8. */
+const ERROR_BODY_BYTES = 4 * BODY_LOG_LIMIT;
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+export interface PostOptions {
+  /** The largest successful reply read, in bytes: a longer one is a failure, not read to its end. */
+  maxReplyBytes: number;
+  /** Aborted when the caller no longer needs the answer: the request (or the wait for a retry) is cancelled, and the signal's reason thrown. */
+  signal?: AbortSignal;
+}
+
+/** Resolves after `ms`, or rejects with the signal's reason as soon as it aborts. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const abort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', abort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', abort, { once: true });
+  });
+}
 
 function retryDelay(attempt: number, baseMs: number, retryAfter: string | null): number {
-  const seconds = retryAfter !== null ? Number(retryAfter) : NaN;
-  if (Number.isFinite(seconds) && seconds >= 0) return Math.min(seconds * 1000, MAX_RETRY_AFTER_MS);
-  const backoff = baseMs * 2 ** attempt;
+  const value = retryAfter?.trim() ?? '';
+  const seconds = value !== '' ? Number(value) : NaN;
+  if (Number.isFinite(seconds) && seconds >= 0) return Math.min(seconds * 1000, MAX_RETRY_DELAY_MS);
+  // An HTTP-date starts with the day's name (Date.parse alone would read "-1" as the year -1).
+  const date = /^[a-z]{3}/i.test(value) ? Date.parse(value) : NaN;
+  if (Number.isFinite(date)) return Math.min(Math.max(date - Date.now(), 0), MAX_RETRY_DELAY_MS);
+  const backoff = Math.min(baseMs * 2 ** attempt, MAX_RETRY_DELAY_MS);
   return backoff / 2 + Math.random() * (backoff / 2);
 }
 
-export async function postJson(provider: string, options: HttpProviderOptions, path: string, body: unknown): Promise<unknown> {
+/** The text with the user and password of any URL in it replaced: a base URL holding them is logged without. */
+const redacted = (text: string) => text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^\s/?#@]*@/gi, '$1[redacted]@');
+
+/**
+ * The reply body as text, reading at most `limit` bytes (the rest is not read: the connection is closed).
+ * `over`: the body is longer than `limit`.
+ */
+async function readText(res: Response, limit: number): Promise<{ text: string; over: boolean }> {
+  if (!res.body) return { text: '', over: false };
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel().catch(() => undefined);
+      return { text: new TextDecoder().decode(Buffer.concat(chunks).subarray(0, limit)), over: true };
+    }
+  }
+  return { text: new TextDecoder().decode(Buffer.concat(chunks)), over: false };
+}
+
+export async function postJson(provider: string, options: HttpProviderOptions, path: string, body: unknown, post: PostOptions): Promise<unknown> {
   const url = `${options.baseUrl}${path}`;
+  const { maxReplyBytes, signal } = post;
   const headers: Record<string, string> = { 'Content-Type': 'application/json', Accept: 'application/json' };
   if (options.apiKey) headers.Authorization = `Bearer ${options.apiKey}`;
   const payload = JSON.stringify(body);
   for (let attempt = 0; ; attempt++) {
+    signal?.throwIfAborted();
     let status: number;
     let text: string;
+    let over: boolean;
     let retryAfter: string | null;
     try {
       // Redirects are not followed: a 307/308 would re-send the user's text (and, same-origin, the API key)
       // wherever the provider points; a provider that redirects is misconfigured, so it is a failure.
-      const res = await fetch(url, { method: 'POST', headers, body: payload, redirect: 'manual', signal: AbortSignal.timeout(options.timeoutMs) });
+      const timeout = AbortSignal.timeout(options.timeoutMs);
+      const res = await fetch(url, { method: 'POST', headers, body: payload, redirect: 'manual', signal: signal ? AbortSignal.any([signal, timeout]) : timeout });
       status = res.status;
       retryAfter = res.headers.get('retry-after');
-      text = await res.text();
+      ({ text, over } = await readText(res, status >= 200 && status < 300 ? maxReplyBytes : ERROR_BODY_BYTES));
     } catch (error) {
+      // The caller gave up (its client went away): not a provider failure.
+      if (signal?.aborted) throw signal.reason;
       const name = (error as Error).name;
       if (name === 'TimeoutError' || name === 'AbortError') {
-        throw new ProviderError(provider, `${provider} provider did not answer within ${options.timeoutMs} ms (${url})`);
+        throw new ProviderError(provider, redacted(`${provider} provider did not answer within ${options.timeoutMs} ms (${url})`));
       }
-      throw new ProviderError(provider, `${provider} provider unreachable (${url}): ${(error as Error).message}`);
+      // fetch says only "fetch failed"; its cause says why (connection refused, unknown host, TLS, headers timeout...).
+      const cause = (error as { cause?: unknown }).cause;
+      const why = [(error as Error).message, ...(cause instanceof Error && cause.message ? [cause.message] : [])].join(': ');
+      throw new ProviderError(provider, redacted(`${provider} provider unreachable (${url}): ${why}`));
     }
     if (status >= 200 && status < 300) {
+      if (over) {
+        throw new ProviderError(provider, `${provider} provider answered with a reply longer than ${maxReplyBytes} bytes (not read further)`, status, text.slice(0, BODY_LOG_LIMIT));
+      }
       try {
         return JSON.parse(text);
       } catch {
@@ -84,7 +150,7 @@ export async function postJson(provider: string, options: HttpProviderOptions, p
     }
     const retryable = status === 429 || status >= 500;
     if (retryable && attempt < options.maxRetries) {
-      await sleep(retryDelay(attempt, options.retryBaseMs ?? 250, retryAfter));
+      await sleep(retryDelay(attempt, options.retryBaseMs ?? 250, retryAfter), signal);
       continue;
     }
     throw new ProviderError(provider, `${provider} provider answered ${status}${retryable && attempt > 0 ? ` after ${attempt + 1} attempts` : ''}`, status, text.slice(0, BODY_LOG_LIMIT));

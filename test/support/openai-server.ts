@@ -5,8 +5,9 @@ import type { AddressInfo } from 'node:net';
  * A real HTTP server speaking the OpenAI protocol for the two calls Cairn makes:
  * `POST /v1/chat/completions` and `POST /v1/embeddings`. Replies are scripted per call (queues), with
  * defaults when a queue is empty; every request is recorded. A scripted reply can be a failure status
- * (429, 500…), a malformed body, a hang (the server never answers) for timeout tests, or a completion in
- * one of the shapes OpenAI-compatible servers send (content parts, null content, finish_reason "length").
+ * (429, 500…), a malformed body, a hang (the server never answers, or sends its headers and never ends
+ * the body) for timeout tests, a body without end, or a completion in one of the shapes
+ * OpenAI-compatible servers send (content parts, null content, finish_reason "length").
  */
 
 export interface RecordedRequest {
@@ -28,6 +29,15 @@ export type Scripted =
     headers?: Record<string, string>;
     /** Never answer (the connection stays open until the client gives up or the server closes). */
     hang?: boolean;
+    /** Send the status line, headers and `raw` (if any), then never end the body. */
+    hangAfterHeaders?: boolean;
+    /**
+     * A body without end: `status` (default 200), headers, then a completion's start and "x"s for as long
+     * as the client reads. `closed` is told how many bytes were sent when the client closes the connection.
+     */
+    endless?: { closed(bytesSent: number): void };
+    /** Told when the client closes the connection before the answer was sent (a hang that was given up). */
+    abandoned?: () => void;
     /** A chat completion whose message content is this, as is: a string, an array of content parts, null. */
     content?: unknown;
     /** The completion's finish_reason (default "stop"). */
@@ -56,6 +66,8 @@ export interface OpenAiServer {
   beforeEmbeddings?: (inputs: string[]) => Promise<void>;
   chatRequests(): RecordedRequest[];
   embeddingRequests(): RecordedRequest[];
+  /** Resolves when the next request arrives (recorded, its reply not yet sent). */
+  nextRequest(): Promise<RecordedRequest>;
   close(): Promise<void>;
 }
 
@@ -77,6 +89,23 @@ function readBody(req: IncomingMessage): Promise<string> {
     req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
     req.on('error', reject);
   });
+}
+
+/** Writes a completion's start, then "x"s while the client takes them, until it closes the connection. */
+function sendEndless(res: ServerResponse, status: number, headers: Record<string, string>, closed: (bytesSent: number) => void): void {
+  res.writeHead(status, { 'Content-Type': 'application/json', ...headers });
+  const start = '{"choices": [{"message": {"content": "';
+  const chunk = Buffer.alloc(64 * 1024, 'x');
+  let sent = Buffer.byteLength(start);
+  res.write(start);
+  res.once('close', () => closed(sent));
+  const pump = () => {
+    while (!res.destroyed) {
+      sent += chunk.length;
+      if (!res.write(chunk)) return void res.once('drain', pump);
+    }
+  };
+  pump();
 }
 
 function send(res: ServerResponse, status: number, body: string, headers: Record<string, string> = {}): void {
@@ -105,9 +134,11 @@ export async function startOpenAiServer(options: { apiKey?: string } = {}): Prom
     embed: (text) => bagOfWords(text),
     chatRequests: () => state.requests.filter((r) => r.path === '/v1/chat/completions'),
     embeddingRequests: () => state.requests.filter((r) => r.path === '/v1/embeddings'),
+    nextRequest: () => new Promise((resolve) => arrivals.push(resolve)),
     close: async () => undefined,
   };
 
+  const arrivals: Array<(request: RecordedRequest) => void> = [];
   const server = createServer(async (req, res) => {
     const text = await readBody(req);
     let body: any;
@@ -117,7 +148,9 @@ export async function startOpenAiServer(options: { apiKey?: string } = {}): Prom
       body = text;
     }
     const path = (req.url ?? '').split('?')[0]!;
-    state.requests.push({ method: req.method ?? '', path, headers: req.headers, body });
+    const recorded = { method: req.method ?? '', path, headers: req.headers, body };
+    state.requests.push(recorded);
+    for (const arrived of arrivals.splice(0)) arrived(recorded);
     if (options.apiKey && req.headers.authorization !== `Bearer ${options.apiKey}`) {
       return send(res, 401, JSON.stringify({ error: { message: 'Incorrect API key provided', type: 'invalid_request_error' } }));
     }
@@ -130,7 +163,13 @@ export async function startOpenAiServer(options: { apiKey?: string } = {}): Prom
     const queue = path === '/v1/chat/completions' ? state.chat : state.embeddings;
     const scripted = queue.shift();
     if (scripted !== undefined && typeof scripted !== 'string') {
+      if (scripted.abandoned) res.once('close', () => { if (!res.writableFinished) scripted.abandoned!(); });
       if (scripted.hang) return; // never answer
+      if (scripted.hangAfterHeaders) {
+        res.writeHead(scripted.status ?? 200, { 'Content-Type': 'application/json', ...scripted.headers });
+        return void res.write(scripted.raw ?? '{"choices": [');
+      }
+      if (scripted.endless) return sendEndless(res, scripted.status ?? 200, scripted.headers ?? {}, scripted.endless.closed);
       if (scripted.raw !== undefined || scripted.json !== undefined || scripted.status !== undefined) {
         const payload = scripted.raw ?? JSON.stringify(scripted.json ?? { error: { message: 'scripted failure', type: 'server_error' } });
         return send(res, scripted.status ?? 200, payload, scripted.headers);

@@ -1,0 +1,158 @@
+import { createServer } from 'node:net';
+import t, { type Test } from 'tap';
+import { MAX_CHAT_REPLY_BYTES } from '../../infra/providers/chat.js';
+import { startTestCairn, type TestCairn } from '../support/cairn.js';
+import { capturingLogger } from '../support/logs.js';
+import { startOpenAiServer, type OpenAiServer } from '../support/openai-server.js';
+
+/**
+ * The provider transport as an operator of a local model server meets it, through POST /v1/chat and
+ * POST /v1/ingest, with the provider played by a real local HTTP server: replies that never end, waits
+ * asked for with Retry-After, a refused connection, credentials in the base URL. Every failure is a
+ * generic 500; the log says why.
+ */
+
+interface Setup {
+  server: OpenAiServer;
+  app: TestCairn;
+  lines: Array<Record<string, any>>;
+  post(path: string, json: unknown): Promise<{ status: number; body: any; text: string }>;
+}
+
+async function setup(t: Test, env: Record<string, string> = {}): Promise<Setup> {
+  const server = await startOpenAiServer();
+  const { lines, log } = capturingLogger();
+  const app = await startTestCairn({ LLM_BASE_URL: server.url, LLM_CHAT_MODEL: 'http-model', LLM_TIMEOUT_MS: '3000', LLM_MAX_RETRIES: '0', ...env }, { log });
+  t.teardown(async () => {
+    await app.stop();
+    await server.close();
+  });
+  return {
+    server, app, lines,
+    async post(path, json) {
+      const res = await app.memory(path, { method: 'POST', json });
+      const text = await res.text();
+      return { status: res.status, body: JSON.parse(text), text };
+    },
+  };
+}
+
+const scope = { agent: 'http', user: 'u1' };
+
+/** A generic 500; answers the reason the log gives for it. */
+function failureReason(t: Test, s: Setup, res: { status: number; body: any }): string {
+  t.equal(res.status, 500);
+  t.equal(res.body.detail, 'the model provider could not complete the request');
+  return String(s.lines.find((l) => l.request_id === res.body.instance && 'reason' in l)?.reason);
+}
+
+t.test('a reply that never ends is cut off at its size limit, not read until the timeout', async (t) => {
+  const s = await setup(t);
+  let sent = 0;
+  const closed = new Promise<void>((resolve) => s.server.chat.push({ endless: { closed: (bytes) => { sent = bytes; resolve(); } } }));
+  const started = Date.now();
+  const res = await s.post('/v1/chat', { scope, query: 'tell me everything' });
+  t.match(failureReason(t, s, res), `chat provider answered with a reply longer than ${MAX_CHAT_REPLY_BYTES} bytes`);
+  t.ok(Date.now() - started < 3000, 'before LLM_TIMEOUT_MS');
+  await closed;
+  // What the server could write: the limit, plus what the sockets' buffers took in before the connection closed.
+  t.ok(sent < 3 * MAX_CHAT_REPLY_BYTES, `the connection is closed once past the limit (${sent} bytes sent)`);
+
+  s.server.chat.push('Still here.');
+  t.equal((await s.post('/v1/chat', { scope, query: 'hello' })).body.answer, 'Still here.', 'the next request is served');
+});
+
+t.test('a failure\'s body that never ends: its status is what counts, and the beginning is logged', async (t) => {
+  const s = await setup(t);
+  s.server.chat.push({ status: 502, endless: { closed: () => undefined } });
+  const started = Date.now();
+  const res = await s.post('/v1/ingest', { scope, text: 'I like rain.' });
+  t.equal(failureReason(t, s, res), 'chat provider answered 502', 'not a timeout');
+  t.ok(Date.now() - started < 3000, 'before LLM_TIMEOUT_MS');
+  const logged = s.lines.find((l) => l.request_id === res.body.instance && 'upstream_body' in l)?.upstream_body;
+  t.equal(logged.length, 2000, 'the first 2,000 characters are logged');
+});
+
+t.test('headers sent, then a body that never ends: the timeout covers the body too', async (t) => {
+  const s = await setup(t, { LLM_TIMEOUT_MS: '500' });
+  s.server.chat.push({ hangAfterHeaders: true });
+  const res = await s.post('/v1/chat', { scope, query: 'anyone?' });
+  t.match(failureReason(t, s, res), /^chat provider did not answer within 500 ms/);
+});
+
+t.test('Retry-After as an HTTP-date is honoured', async (t) => {
+  const s = await setup(t, { LLM_MAX_RETRIES: '1' });
+  // HTTP-dates have whole seconds: this one is 2 to 3 s away, the backoff would be 125 to 250 ms.
+  const date = new Date(Date.now() + 3000).toUTCString();
+  s.server.chat.push({ status: 503, json: { error: 'busy' }, headers: { 'Retry-After': date } }, 'After the wait.');
+  const started = Date.now();
+  const res = await s.post('/v1/chat', { scope, query: 'hello' });
+  const waited = Date.now() - started;
+  t.equal(res.status, 200, res.text);
+  t.equal(res.body.answer, 'After the wait.');
+  t.ok(waited >= 1500 && waited < 6000, `waited until the date (${waited} ms)`);
+  t.equal(s.server.chatRequests().length, 2);
+
+  // A date in the past: retried at once.
+  s.server.chat.push({ status: 429, json: { error: 'busy' }, headers: { 'Retry-After': new Date(Date.now() - 60_000).toUTCString() } }, 'At once.');
+  const again = Date.now();
+  t.equal((await s.post('/v1/chat', { scope, query: 'hello' })).body.answer, 'At once.');
+  t.ok(Date.now() - again < 1000);
+});
+
+t.test('a refused connection says so in the log', async (t) => {
+  // A port that was just free: nothing listens on it.
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address() as { port: number };
+  await new Promise((resolve) => probe.close(resolve));
+  const s = await setup(t, { LLM_BASE_URL: `http://127.0.0.1:${port}/v1` });
+  const res = await s.post('/v1/chat', { scope, query: 'hello' });
+  t.match(failureReason(t, s, res), new RegExp(`^chat provider unreachable \\(http://127\\.0\\.0\\.1:${port}/v1/chat/completions\\): fetch failed: .*ECONNREFUSED`));
+});
+
+t.test('a user and password in LLM_BASE_URL are never logged', async (t) => {
+  const s = await setup(t);
+  const { lines, log } = capturingLogger();
+  const app = await startTestCairn({ LLM_BASE_URL: s.server.url.replace('http://', 'http://cairn:hunter2@'), LLM_API_KEY: 'sk-never-logged-1234', LLM_TIMEOUT_MS: '1000', LLM_MAX_RETRIES: '0' }, { log });
+  t.teardown(() => app.stop());
+  const res = await app.memory('/v1/chat', { method: 'POST', json: { scope, query: 'hello' } });
+  const text = await res.text();
+  t.equal(res.status, 500);
+  t.notMatch(text, /hunter2|sk-never/);
+  const reason = lines.find((l) => 'reason' in l)?.reason;
+  t.match(reason, /^chat provider unreachable \(http:\/\/\[redacted\]@127\.0\.0\.1:\d+\/v1\/chat\/completions\)/, 'the failure is logged');
+  t.notMatch(JSON.stringify(lines), /hunter2|sk-never/, 'without the password or the key');
+});
+
+t.test('ingest: a long reply of brackets is read in bounded time', async (t) => {
+  const s = await setup(t);
+  // A small model repeating itself: unclosed brackets, each of which the facts search used to read to the end.
+  for (const content of ['['.repeat(2 << 20), `Thinking ${'{"x": [1, "'.repeat(400_000)}`]) {
+    s.server.chat.push({ content });
+    const started = Date.now();
+    const res = await s.post('/v1/ingest', { scope, text: 'I like rain.' });
+    const took = Date.now() - started;
+    t.equal(res.status, 500, 'no facts in it');
+    t.ok(took < 1500, `answered in ${took} ms`);
+  }
+  // Prose with unclosed braces before the JSON still gives its facts.
+  s.server.chat.push(`${'{ note: '.repeat(20)}\n{"facts": ["The user likes rain"]}`);
+  const res = await s.post('/v1/ingest', { scope, text: 'I like rain.' });
+  t.equal(res.status, 200, res.text);
+  t.same(res.body.facts.map((f: { text: string }) => f.text), ['The user likes rain']);
+});
+
+t.test('ingest: facts that cannot be stored are dropped, and the log says how many', async (t) => {
+  const s = await setup(t);
+  s.server.chat.push(JSON.stringify({ facts: ['Likes green tea', '   ', 'x'.repeat(8193), 'Likes green tea', 'Lives in Lyon'] }));
+  const res = await s.post('/v1/ingest', { scope: { agent: 'drop', user: 'u1' }, text: 'I like green tea and live in Lyon.' });
+  t.equal(res.status, 200);
+  t.same(res.body.facts.map((f: { text: string }) => f.text), ['Likes green tea', 'Lives in Lyon'], 'the storable facts, once each');
+  const warned = s.lines.find((l) => /dropped extracted facts/.test(String(l.msg)));
+  t.match(warned, { level: 40, dropped: 2, kept: 2, provider: 'chat' }, 'a warning naming how many were dropped (a repeated fact is not counted)');
+  s.server.chat.push(JSON.stringify({ facts: ['Plays chess'] }));
+  s.lines.length = 0;
+  t.equal((await s.post('/v1/ingest', { scope: { agent: 'drop', user: 'u1' }, text: 'I play chess.' })).status, 200);
+  t.notOk(s.lines.some((l) => /dropped extracted facts/.test(String(l.msg))), 'no warning when nothing was dropped');
+});
