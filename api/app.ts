@@ -169,7 +169,9 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
       // so a restart (perhaps with another embedding model) does not have to apply it instead.
       // An event store that does not answer (EVENTSTORE_TIMEOUT_MS) skips the wait, not the closing.
       const head = await events.headPosition().catch(() => undefined);
-      if (head !== undefined) await Promise.all(host.names.map((name) => host.waitFor(name, head, config.consistencyTimeoutMs).catch(() => undefined)));
+      // A paused projection (ProjectionHost.pause) applies nothing until resumed: not waited for.
+      const running = host.health().projections.filter((p) => p.paused_at === null).map((p) => p.projection);
+      if (head !== undefined) await Promise.all(running.map((name) => host.waitFor(name, head, config.consistencyTimeoutMs).catch(() => undefined)));
       await host.stop();
       await reads.close();
       await events.close();

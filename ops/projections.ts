@@ -22,17 +22,18 @@ function findProjection(name: string): Projection {
 }
 
 /**
- * `projections status` exits with this after printing when a projection is failing, so that scripts and cron
- * checks need not parse the output; distinct from 1 (the command itself failed: a store not reachable…).
+ * `projections status` exits with this after printing when a projection is failing, paused or ahead of the log (what makes
+ * a server's /readyz answer 503), so that scripts and cron checks need not parse the output; distinct from 1 (the command
+ * itself failed: a store not reachable…).
  */
 const FAILING_EXIT_CODE = 3;
 
 export function projectionCommands(program: Command): void {
   const projections = program.command('projections').description('read models: checkpoints, lag, rebuilds');
 
-  projections.command('status').description('checkpoint, head, lag and failure of every projection')
+  projections.command('status').description('checkpoint, head, lag, pause and failure of every projection')
     .option('--json', 'print JSON')
-    .addHelpText('after', `\nExit code: 0 when no projection is failing, ${FAILING_EXIT_CODE} when one is failing or its checkpoint lies past the log's end (after printing the status), 1 when the status could not be read.`)
+    .addHelpText('after', `\nExit code: 0 when no projection is failing or paused, ${FAILING_EXIT_CODE} when one is failing, paused in a server or its checkpoint lies past the log's end (after printing the status), 1 when the status could not be read.`)
     .action(async (opts: { json?: boolean }) => withStores(async ({ events, reads }) => {
       // So that projections that never ran are listed too, with lag = head.
       for (const p of known()) await reads.register(p.name, p.collections);
@@ -47,14 +48,18 @@ export function projectionCommands(program: Command): void {
       else {
         printTable(rows.map(({ lag_at_least: atLeast, ahead, ...r }) => ({
           ...r, lag: ahead ? 'AHEAD of the log' : atLeast ? `${r.lag}+` : r.lag, rebuilding: r.rebuilding && `g${r.rebuilding.generation} at ${r.rebuilding.position} (${r.rebuilding.updated_at ?? 'no batch yet'})`,
+          paused: r.paused_at && `since ${r.paused_at}`,
           failing: r.failing && `${r.failing.count}x since ${r.failing.since} (last ${r.failing.last_at}): ${r.failing.message}`,
         })),
-          ['projection', 'position', 'head', 'lag', 'generation', 'updated_at', 'rebuilding', 'failing']);
+          ['projection', 'position', 'head', 'lag', 'generation', 'updated_at', 'rebuilding', 'paused', 'failing']);
       }
       const failing = rows.filter((r) => r.failing).map((r) => r.projection);
+      const paused = rows.filter((r) => r.paused_at).map((r) => r.projection);
       const ahead = rows.filter((r) => r.ahead).map((r) => r.projection);
       const problems = [
         ...(failing.length > 0 ? [`failing projection${failing.length === 1 ? '' : 's'}: ${failing.join(', ')}`] : []),
+        // Held back by a server (ProjectionHost.pause): reads there that wait for its later positions time out.
+        ...(paused.length > 0 ? [`paused projection${paused.length === 1 ? '' : 's'}: ${paused.join(', ')}`] : []),
         // The server refuses to start on such read models (see readModelsAhead); a rebuild from this log mends them.
         ...(ahead.length > 0 ? [`ahead of the event log (built from another or a longer log; rebuild): ${ahead.join(', ')}`] : []),
       ];

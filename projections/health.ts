@@ -34,6 +34,8 @@ export interface RunnerHealth {
   progress_at: string | null;
   /** Set while the runner retries after an error. */
   failing: ProjectionFailure | null;
+  /** Since when this process has held the projection paused (ProjectionHost.pause); null: not paused. */
+  paused_at: string | null;
 }
 
 export interface HostHealth {
@@ -45,7 +47,7 @@ export interface ProjectionReadiness extends RunnerHealth {
   /** Events after `position`, counted up to the probe's limit (`lag_at_least` past it); null: the event store failed or did not answer in time. */
   lag: number | null;
   lag_at_least?: true;
-  /** Not failing, and (with READY_MAX_LAG) not known to be further behind than that. */
+  /** Not failing, not paused, and (with READY_MAX_LAG) not known to be further behind than that. */
   ready: boolean;
 }
 
@@ -107,10 +109,12 @@ async function probeStore<T>(store: string, probe: (left: () => Bound) => Promis
 
 /**
  * Whether this process serves current read models: both stores answering (each within STORE_PROBE_TIMEOUT_MS; the read
- * store through the connection queries use), none of its projections failing, the thread running and heard
+ * store through the connection queries use), none of its projections failing or paused, the thread running and heard
  * from, and, only when `maxLag` is set, none more than `maxLag` events behind the log's head.
  * Ordinary lag under load is not a reason by default: every node behind the same log lags alike, and
  * taking them all out of a load balancer at once would only turn a slow read model into an outage.
+ * A paused projection is a reason: the pause is this process's own (another node's runner goes on), it applies nothing
+ * however long one waits, and every read here that waits for a write of its events times out; other nodes answer them.
  */
 export async function readiness(
   host: { health(): HostHealth },
@@ -134,18 +138,22 @@ export async function readiness(
   // Positions read before the log's end: past it means built from another or a longer log (see readModelsAhead),
   // e.g. the log restored from an older backup under a running node. Its runner skips whatever is appended now.
   const ahead = (p: RunnerHealth) => known.end !== null && p.position > known.end;
+  const lagging = (lag: Pick<ProjectionReadiness, 'lag'>) => maxLag !== undefined && lag.lag !== null && lag.lag > maxLag;
   const rows = projections.map((p, i): ProjectionReadiness => {
     const lag: Pick<ProjectionReadiness, 'lag' | 'lag_at_least'> = events.state === 'ok' ? events.value[i]! : { lag: null };
-    return { ...p, ...lag, ready: !p.failing && !ahead(p) && (maxLag === undefined || lag.lag === null || lag.lag <= maxLag) };
+    return { ...p, ...lag, ready: !p.failing && !p.paused_at && !ahead(p) && !lagging(lag) };
   });
   const reasons = [
     ...[events, reads].flatMap((probe) => (probe.state === 'ok' ? [] : [probe.reason])),
     ...(thread.state === 'running' ? [] : [`the projection thread is ${thread.state}`]),
-    ...rows.filter((r) => !r.ready).map((r) => (r.failing
-      ? `${r.projection} is failing (${r.failing.count} failed attempt${r.failing.count === 1 ? '' : 's'} since ${r.failing.since}): ${r.failing.message}`
-      : ahead(r)
-        ? `${r.projection} is at position ${r.position}, past the end of the event log (${known.end}): built from another or a longer log; rebuild it`
-        : `${r.projection} is ${r.lag}${r.lag_at_least ? '+' : ''} events behind the log (READY_MAX_LAG ${maxLag})`)),
+    ...rows.flatMap((r) => [
+      ...(r.paused_at ? [`${r.projection} is paused (since ${r.paused_at}) at position ${r.position}: reads that wait for a later position time out until it is resumed`] : []),
+      ...(r.failing
+        ? [`${r.projection} is failing (${r.failing.count} failed attempt${r.failing.count === 1 ? '' : 's'} since ${r.failing.since}): ${r.failing.message}`]
+        : ahead(r)
+          ? [`${r.projection} is at position ${r.position}, past the end of the event log (${known.end}): built from another or a longer log; rebuild it`]
+          : lagging(r) ? [`${r.projection} is ${r.lag}${r.lag_at_least ? '+' : ''} events behind the log (READY_MAX_LAG ${maxLag})`] : []),
+    ]),
   ];
   return {
     ready: reasons.length === 0,
@@ -161,10 +169,12 @@ export async function readiness(
 /** Positions, progress times and failures of a host's projections, as its runners report them. */
 export class HealthBoard {
   /** `progressed`: epoch ms (formatted only when asked for: positions are reported with every batch). */
-  private readonly rows = new Map<string, { position: number; progressed: number | null; failing: ProjectionFailure | null; reported: boolean }>();
+  private readonly rows = new Map<string, {
+    position: number; progressed: number | null; failing: ProjectionFailure | null; pausedAt: string | null; reported: boolean;
+  }>();
 
   constructor(names: readonly string[], private readonly now: () => number = Date.now) {
-    for (const projection of names) this.rows.set(projection, { position: 0, progressed: null, failing: null, reported: false });
+    for (const projection of names) this.rows.set(projection, { position: 0, progressed: null, failing: null, pausedAt: null, reported: false });
   }
 
   /** A reported position; moving forward after the first report is progress (the first is where it started). */
@@ -181,6 +191,12 @@ export class HealthBoard {
     if (row) row.failing = failure;
   }
 
+  /** Paused since `at`, or (null) not paused. */
+  paused(name: string, at: string | null): void {
+    const row = this.rows.get(name);
+    if (row) row.pausedAt = at;
+  }
+
   /** The last reported position (0 before any). */
   positionOf(name: string): number {
     return this.rows.get(name)?.position ?? 0;
@@ -188,7 +204,8 @@ export class HealthBoard {
 
   list(): RunnerHealth[] {
     return [...this.rows].map(([projection, row]) => ({
-      projection, position: row.position, progress_at: row.progressed === null ? null : new Date(row.progressed).toISOString(), failing: row.failing,
+      projection, position: row.position, progress_at: row.progressed === null ? null : new Date(row.progressed).toISOString(),
+      failing: row.failing, paused_at: row.pausedAt,
     }));
   }
 }

@@ -35,6 +35,9 @@ export interface ProjectionHost {
    * its checkpoint), and waits for later positions wait, bounded as ever. A projection thread started to replace one
    * that exited keeps it paused; the host's stop() ends it. Pausing a paused projection does nothing; pauses and
    * resumes take effect in the order called. Resolves once the runner has stopped.
+   * While paused it is reported: by health() (`paused_at`: /readyz answers 503 naming it) and beside its checkpoint
+   * (ReadStore.recordPause: `ops projections status`); a host that starts clears such records left by a process that
+   * was killed while it held a projection paused, and a host that stops clears its own.
    */
   pause(name: string): Promise<void>;
   /** Applies events to a paused projection again, from its stored checkpoint; resolves once its runner has started. */
@@ -54,6 +57,51 @@ export async function startProjectionHost(options: HostOptions): Promise<Project
   return options.config.projectionsThread ? ThreadHost.start(options) : InlineHost.start(options);
 }
 
+/**
+ * The projections a host has paused, since when: on its HealthBoard (so /readyz names them) and recorded beside their
+ * checkpoints (ReadStore.recordPause) for `ops projections status`, in the order pauses and resumes were called.
+ */
+class Pauses {
+  private readonly since = new Map<string, string>();
+  private writes: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly reads: ReadStore, private readonly board: HealthBoard, private readonly log: Logger) {}
+
+  get names(): string[] { return [...this.since.keys()]; }
+
+  /** A pause (a second one keeps the time of the first) or a resume of `name`, as the host reports it from now on. */
+  set(name: string, paused: boolean): void {
+    if (!paused) this.since.delete(name);
+    else if (!this.since.has(name)) this.since.set(name, new Date().toISOString());
+    this.board.paused(name, this.since.get(name) ?? null);
+  }
+
+  /** Stores `name`'s state as it is when this write's turn comes: pauses and resumes called at once end with the last. */
+  record(name: string): Promise<void> {
+    const run = this.writes.then(() => this.reads.recordPause(name, this.since.get(name) ?? null))
+      .catch((error) => this.log.warn({ err: error, projection: name }, 'could not record the projection\'s pause beside its checkpoint'));
+    this.writes = run;
+    return run;
+  }
+
+  /** At start: records of these projections left by a process killed while it held them paused (this one holds none yet). */
+  async clearLeftOver(names: readonly string[]): Promise<void> {
+    try {
+      const left = (await this.reads.listCheckpoints()).filter((cp) => cp.paused_at !== undefined && names.includes(cp.projection) && !this.since.has(cp.projection));
+      for (const cp of left) await this.record(cp.projection);
+    } catch (error) {
+      this.log.warn({ err: error }, 'could not clear pauses recorded by an earlier process');
+    }
+  }
+
+  /** At stop: this process holds nothing back any more. */
+  async clearAll(): Promise<void> {
+    const names = this.names;
+    this.since.clear();
+    for (const name of names) await this.record(name);
+  }
+}
+
 class InlineHost implements ProjectionHost {
   readonly mode = 'inline' as const;
   private stopping = false;
@@ -61,6 +109,7 @@ class InlineHost implements ProjectionHost {
     private readonly runners: Map<string, ProjectionRunner>,
     private readonly board: HealthBoard,
     private readonly reembedder: Reembedder,
+    private readonly pauses: Pauses,
   ) {}
 
   static async start({ config, events, reads, sinks, log }: HostOptions): Promise<InlineHost> {
@@ -71,8 +120,10 @@ class InlineHost implements ProjectionHost {
       runner.onFailure((failure) => board.failed(runner.name, failure));
       await runner.start();
     }
+    const pauses = new Pauses(reads, board, log);
+    await pauses.clearLeftOver([...runners.keys()]);
     // On the HTTP thread here (no projection thread), holding its event loop while it runs.
-    return new InlineHost(runners, board, new Reembedder(config, events, reads, log));
+    return new InlineHost(runners, board, new Reembedder(config, events, reads, log), pauses);
   }
 
   health(): HostHealth {
@@ -91,8 +142,19 @@ class InlineHost implements ProjectionHost {
 
   reembed(older: string[]): void { this.reembedder.start(older); }
 
-  async pause(name: string): Promise<void> { await this.controllable(name).pause(); }
-  async resume(name: string): Promise<void> { await this.controllable(name).resume(); }
+  async pause(name: string): Promise<void> {
+    const runner = this.controllable(name);
+    this.pauses.set(name, true);
+    await runner.pause();
+    await this.pauses.record(name);
+  }
+
+  async resume(name: string): Promise<void> {
+    const runner = this.controllable(name);
+    this.pauses.set(name, false);
+    await runner.resume();
+    await this.pauses.record(name);
+  }
 
   private controllable(name: string): ProjectionRunner {
     if (this.stopping) throw new Error('the projections are stopped');
@@ -103,6 +165,7 @@ class InlineHost implements ProjectionHost {
     this.stopping = true;
     await this.reembedder.stop();
     for (const runner of this.runners.values()) await runner.stop();
+    await this.pauses.clearAll();
   }
 }
 
@@ -145,7 +208,7 @@ class ThreadHost implements ProjectionHost {
   private heardAt = 0;
   private restarts = 0;
   /** Paused projections: a thread started to replace one that exited starts with them paused. */
-  private readonly paused = new Set<string>();
+  private readonly pauses: Pauses;
   /** ControlRequests sent to the running thread, by id, until it answers or exits. */
   private readonly controls = new Map<number, (error?: string) => void>();
   private nextControl = 1;
@@ -153,18 +216,20 @@ class ThreadHost implements ProjectionHost {
   private constructor(private readonly options: HostOptions, readonly names: readonly string[]) {
     this.progress.setMaxListeners(0);
     this.board = new HealthBoard(names);
+    this.pauses = new Pauses(options.reads, this.board, options.log);
   }
 
   static async start(options: HostOptions): Promise<ThreadHost> {
     const names = allProjections(options.config).map((p) => p.name);
     const host = new ThreadHost(options, names);
     await host.launch();
+    await host.pauses.clearLeftOver(names);
     return host;
   }
 
   private launch(): Promise<void> {
     const { config, sinks, log } = this.options;
-    const worker = startWorker(import.meta.url, './host-thread', { config, logLevel: log.level, vectors: sinks.vectors !== undefined, paused: [...this.paused] });
+    const worker = startWorker(import.meta.url, './host-thread', { config, logLevel: log.level, vectors: sinks.vectors !== undefined, paused: this.pauses.names });
     this.worker = worker;
     return new Promise((resolve, reject) => {
       let ready = false;
@@ -257,19 +322,23 @@ class ThreadHost implements ProjectionHost {
   pause(name: string): Promise<void> { return this.control('pause', name); }
   resume(name: string): Promise<void> { return this.control('resume', name); }
 
-  /** Notes it in `paused` (for a thread started later), asks the running thread, if any, and waits for its answer or its exit. */
-  private control(control: ControlRequest['control'], projection: string): Promise<void> {
-    if (this.stopping) return Promise.reject(new Error('the projections are stopped'));
-    if (!this.names.includes(projection)) return Promise.reject(new Error(`unknown projection ${projection}`));
-    if (control === 'pause') this.paused.add(projection);
-    else this.paused.delete(projection);
+  /**
+   * Notes it in `pauses` (for a thread started later, and health()), asks the running thread, if any, and waits for its
+   * answer or its exit; then records it beside the checkpoint.
+   */
+  private async control(control: ControlRequest['control'], projection: string): Promise<void> {
+    if (this.stopping) throw new Error('the projections are stopped');
+    if (!this.names.includes(projection)) throw new Error(`unknown projection ${projection}`);
+    this.pauses.set(projection, control === 'pause');
     const worker = this.worker;
-    if (!worker) return Promise.resolve();
-    const id = this.nextControl++;
-    return new Promise((resolve, reject) => {
-      this.controls.set(id, (error) => (error === undefined ? resolve() : reject(new Error(error))));
-      worker.postMessage({ id, control, projection } satisfies ControlRequest);
-    });
+    if (worker) {
+      const id = this.nextControl++;
+      await new Promise<void>((resolve, reject) => {
+        this.controls.set(id, (error) => (error === undefined ? resolve() : reject(new Error(error))));
+        worker.postMessage({ id, control, projection } satisfies ControlRequest);
+      });
+    }
+    await this.pauses.record(projection);
   }
 
   waitFor(name: string, position: number, timeoutMs: number, signal?: AbortSignal): Promise<void> {
@@ -279,13 +348,15 @@ class ThreadHost implements ProjectionHost {
   async stop(): Promise<void> {
     this.stopping = true;
     const worker = this.worker;
-    if (!worker) return;
-    await new Promise<void>((resolve) => {
-      worker.on('message', (report: HostReport) => { if (report.stopped) resolve(); });
-      worker.once('exit', () => resolve());
-      worker.postMessage('stop');
-    });
-    await worker.terminate();
-    this.worker = undefined;
+    if (worker) {
+      await new Promise<void>((resolve) => {
+        worker.on('message', (report: HostReport) => { if (report.stopped) resolve(); });
+        worker.once('exit', () => resolve());
+        worker.postMessage('stop');
+      });
+      await worker.terminate();
+      this.worker = undefined;
+    }
+    await this.pauses.clearAll();
   }
 }

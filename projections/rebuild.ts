@@ -59,12 +59,11 @@ async function rebuildFrom(
     signal?.throwIfAborted();
     const batch = await events.readAll(position, { limit: BATCH });
     if (batch.length === 0) {
-      // Narrows (not closes) the window in which a rebuild started since our last batch would be swapped in instead.
-      const current = await reads.rebuildCheckpoint(name);
-      if (current?.generation !== generation) throw new RebuildSupersededError(name);
       // A live checkpoint past the log's end was never this log's (see readModelsAhead): it does not hold the swap back.
       const stale = await projectionAhead(events, reads, name);
-      const { swapped, live } = await reads.finishRebuild(name, stale ? { stale } : undefined);
+      // Only our generation: a rebuild started since our last batch (in another process, or this node's own) holds the slot now.
+      const { swapped, live, superseded } = await reads.finishRebuild(name, { generation, ...(stale && { stale }) });
+      if (superseded) throw new RebuildSupersededError(name);
       if (swapped) return live;
       // The live runner applied events past ours meanwhile (or stored a position past the last event this
       // log returns, e.g. after EventStoreDB system events): catch up with it, then swap.

@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port.js';
 import type { CheckpointInfo, ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
 import type { Logger } from '../infra/logger.js';
@@ -10,8 +11,15 @@ const BATCH = 500;
 const BATCH_WINDOW_MS = 2;
 /** How soon a checkpoint advanced only by events this projection ignores is stored. */
 const PERSIST_IDLE_CHECKPOINT_MS = 1000;
-/** How long a failed runner waits before it retries from its checkpoint. */
+/**
+ * How long a failed runner waits before it retries from its checkpoint, the first time: doubled after each
+ * attempt that fails again, up to RETRY_DELAY_MAX_MS, and back to this once the runner is past the failure.
+ * While it waits it looks at its stored checkpoint this often, so a rebuild swapped in (or a batch another
+ * process applied) is taken up within this time rather than after the whole wait.
+ */
 const RETRY_DELAY_MS = 1000;
+/** The longest wait between retries: a poison event (one that fails every time) is retried once a minute. */
+const RETRY_DELAY_MAX_MS = 60_000;
 /** How often a failure that keeps repeating is logged again. */
 const REPEAT_LOG_INTERVAL_MS = 60_000;
 /**
@@ -40,6 +48,8 @@ export interface ProjectionStatus {
   updated_at: string | null;
   /** As the projection's runner last recorded it (see ReadStore.recordFailure); null when it is not failing. */
   failing: ProjectionFailure | null;
+  /** Since when a server process has held the projection paused (see ReadStore.recordPause); null when none does. */
+  paused_at: string | null;
   /** The checkpoint lies past the log's end: the read model was built from another or a longer log (see readModelsAhead). */
   ahead: boolean;
 }
@@ -83,6 +93,8 @@ export class ProjectionRunner {
   /** The failure last logged, and when: a repeat of it is logged again only after REPEAT_LOG_INTERVAL_MS. */
   private logged: { message: string; at: number } | undefined;
   private paused = false;
+  /** Attempts in a row that failed in this runner: the wait before the next retry doubles with each (see RETRY_DELAY_MS). */
+  private retries = 0;
   /** Pauses and resumes, one after another in the order asked for. */
   private control: Promise<unknown> = Promise.resolve();
 
@@ -95,9 +107,10 @@ export class ProjectionRunner {
      * `batchWindowMs`: how long a batch waits for more events (default 2 ms). 0 takes only what is already
      * there: for a store that delivers commits in gathered chunks anyway (the projection thread's, which
      * reads announced commits at most every 2 ms), a second window would only add lag.
-     * `recoveredAfterMs`: RECOVERED_AFTER_MS (tests shorten it).
+     * `recoveredAfterMs`: RECOVERED_AFTER_MS; `retryDelayMs`, `retryDelayMaxMs`: RETRY_DELAY_MS and RETRY_DELAY_MAX_MS
+     * (tests shorten them).
      */
-    private readonly options: { batchWindowMs?: number; recoveredAfterMs?: number } = {},
+    private readonly options: { batchWindowMs?: number; recoveredAfterMs?: number; retryDelayMs?: number; retryDelayMaxMs?: number } = {},
   ) {
     this.progress.setMaxListeners(0);
   }
@@ -178,22 +191,46 @@ export class ProjectionRunner {
         const event = this.failedEvent;
         this.fail(error);
         const { message, count } = this.failing!.failure;
-        // Retried every second: the same failure is logged when it starts and then once a minute (with its count),
-        // not 86,400 stack traces a day; a different one at once.
+        const wait = this.retryDelay(++this.retries);
+        // Retried again and again: the same failure is logged when it starts and then once a minute (with its count),
+        // not a stack trace per attempt; a different one at once.
         const now = Date.now();
         const repeat = this.logged?.message === message;
         if (!repeat || now - this.logged!.at >= REPEAT_LOG_INTERVAL_MS) {
           this.logged = { message, at: now };
           this.log?.error({
-            err: error, projection: this.name, attempts: count,
+            err: error, projection: this.name, attempts: count, retry_in_ms: wait,
             ...(event && { event: { position: event.position, id: event.id, type: event.type, stream: event.stream } }),
           }, repeat ? 'projection still failing; retrying from its checkpoint' : 'projection failed; retrying from its checkpoint');
         }
-        await new Promise((r) => setTimeout(r, RETRY_DELAY_MS));
+        await this.backOff(wait);
+        if (this.abort.signal.aborted) return;
         // Only a failure after a commit (in afterCommit) can have left in-process state past the checkpoint.
         await this.reload({ reset: this.afterCommitFailed }).catch(() => undefined);
         this.armRecovery();
       }
+    }
+  }
+
+  /** Before the `attempt`th retry in a row: RETRY_DELAY_MS, doubled for each attempt before it, at most RETRY_DELAY_MAX_MS. */
+  private retryDelay(attempt: number): number {
+    const first = this.options.retryDelayMs ?? RETRY_DELAY_MS;
+    return Math.min(this.options.retryDelayMaxMs ?? RETRY_DELAY_MAX_MS, first * 2 ** Math.min(attempt - 1, 30));
+  }
+
+  /**
+   * Waits `ms` before a retry. Over at once when the runner is stopped or paused (a pause, resume or stop does not
+   * wait for it), and within RETRY_DELAY_MS once the stored checkpoint has moved: a rebuild swapped in, or another
+   * process applied the batch that failed here; the retry then starts from there.
+   */
+  private async backOff(ms: number): Promise<void> {
+    const { signal } = this.abort;
+    const end = performance.now() + ms;
+    for (let left = ms; left > 0 && !signal.aborted; left = end - performance.now()) {
+      await sleep(Math.min(left, this.options.retryDelayMs ?? RETRY_DELAY_MS), undefined, { signal }).catch(() => undefined);
+      if (signal.aborted || performance.now() >= end) return;
+      const stored = await this.store.checkpoint(this.name).catch(() => undefined);
+      if (stored && (stored.generation !== this.generation || stored.position > this.stored)) return;
     }
   }
 
@@ -325,6 +362,7 @@ export class ProjectionRunner {
     if (this.failing) this.log?.info({ projection: this.name, attempts: this.failing.failure.count, since: this.failing.failure.since }, 'projection recovered');
     this.failing = undefined;
     this.logged = undefined;
+    this.retries = 0;
     clearTimeout(this.recovery);
     this.reportFailure(null);
   }
@@ -502,6 +540,7 @@ export async function projectionStatus(events: EventStore, store: ReadStore): Pr
     generation: cp.generation,
     updated_at: cp.updated_at,
     failing: cp.failure ?? null,
+    paused_at: cp.paused_at ?? null,
     ahead: cp.position > end,
   })));
 }

@@ -14,7 +14,7 @@ const Failure = Type.Object({
   since: DateTime,
   count: Type.Integer({ minimum: 1, description: 'attempts in a row that failed' }),
   last_at: DateTime,
-}, { description: 'set while the projection retries from its checkpoint after an error (every second)' });
+}, { description: 'set while the projection retries from its checkpoint after an error (after 1 s, then waits doubling up to 60 s, reset once it is past the error)' });
 
 const ThreadState = Type.Object({
   mode: Type.Union([Type.Literal('thread'), Type.Literal('inline')], { description: 'PROJECTIONS_THREAD' }),
@@ -41,7 +41,10 @@ const ProjectionState = Type.Object({
   lag_at_least: Type.Optional(Type.Literal(true, { description: 'counting stopped: the lag is at least `lag`' })),
   progress_at: Type.Union([DateTime, Type.Null()], { description: 'when `position` last moved forward in this process; null: not since it started' }),
   failing: Type.Union([Failure, Type.Null()]),
-  ready: Type.Boolean({ description: 'not failing and, with READY_MAX_LAG, not further behind than that' }),
+  paused_at: Type.Union([DateTime, Type.Null()], {
+    description: 'since when this process has held the projection paused: it applies nothing, and reads that wait for a later position time out, until it is resumed; null: not paused',
+  }),
+  ready: Type.Boolean({ description: 'not failing, not paused and, with READY_MAX_LAG, not further behind than that' }),
 });
 
 export const ReadinessBody = Type.Object({
@@ -73,7 +76,8 @@ export function healthRoutes(readiness?: () => Promise<Readiness>): RouteDef[] {
     summary: 'Readiness: the read models this process serves are being kept current',
     description: 'For load balancers and operators, no credentials needed. Not ready (503) while the event store or the read store '
       + 'fails to answer its probe or does not answer within 2 s, while a projection is failing '
-      + '(an error, retried from its checkpoint every second, until the batch that failed is applied), while the projection thread '
+      + '(an error, retried from its checkpoint after waits of 1 s doubling up to 60 s, until the batch that failed is applied), '
+      + 'while a projection is paused in this process (`paused_at`; its reads would time out here), while the projection thread '
       + 'is restarting or has not been heard from for 10 s, and, only when READY_MAX_LAG is set, while a projection is more events '
       + 'behind the log than that. The 503 is `application/problem+json` (type `…/not-ready`), its `detail` naming every reason, '
       + 'with the same `head`, `max_lag`, `stores`, `thread` and `projections` members as the 200 body (`head` and each `lag` null '

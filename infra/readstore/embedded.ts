@@ -17,6 +17,7 @@ CREATE TABLE IF NOT EXISTS rm_checkpoints (
   generation INTEGER NOT NULL,
   updated_at TEXT,
   failure    TEXT,
+  paused_at  TEXT,
   PRIMARY KEY (projection, slot)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rm_collections (
@@ -32,7 +33,9 @@ const CHECKPOINT_INTERVAL_MS = 250;
 const FIELD = /^[A-Za-z_][A-Za-z0-9_.]{0,127}$/;
 
 interface Row { id: string; position: number; deleted: number; doc: string }
-type CheckpointRow = Omit<CheckpointInfo, 'failure'> & { failure: string | null };
+type CheckpointRow = Omit<CheckpointInfo, 'failure' | 'paused_at'> & { failure: string | null; paused_at: string | null };
+/** Columns added to rm_checkpoints since it was first made (files made before them get them at open). */
+const ADDED_COLUMNS = ['failure', 'paused_at'];
 
 /**
  * Read models in SQLite (a file beside the event log). Writes are not fsynced on every commit
@@ -65,11 +68,14 @@ export class EmbeddedReadStore implements ReadStore {
       this.checkpointer.unref();
     }
     this.db.exec(SCHEMA);
-    // Files made before checkpoints recorded failures: checked again in a write transaction, since another
+    // Files made before checkpoints recorded failures and pauses: checked again in a write transaction, since another
     // connection (the projection thread, the operator CLI) may be opening the same file at the same moment.
-    const hasFailure = () => (this.db.prepare('PRAGMA table_info(rm_checkpoints)').all() as Array<{ name: string }>).some((c) => c.name === 'failure');
-    if (!hasFailure()) {
-      this.db.transaction(() => { if (!hasFailure()) this.db.exec('ALTER TABLE rm_checkpoints ADD COLUMN failure TEXT'); }).immediate();
+    const missing = () => {
+      const columns = new Set((this.db.prepare('PRAGMA table_info(rm_checkpoints)').all() as Array<{ name: string }>).map((c) => c.name));
+      return ADDED_COLUMNS.filter((c) => !columns.has(c));
+    };
+    if (missing().length > 0) {
+      this.db.transaction(() => { for (const column of missing()) this.db.exec(`ALTER TABLE rm_checkpoints ADD COLUMN ${column} TEXT`); }).immediate();
     }
   }
 
@@ -135,7 +141,7 @@ export class EmbeddedReadStore implements ReadStore {
   }
 
   private slot(projection: string, slot: 'live' | 'rebuild'): CheckpointInfo | undefined {
-    const row = this.prepare('SELECT projection, position, generation, updated_at, failure FROM rm_checkpoints WHERE projection = ? AND slot = ?')
+    const row = this.prepare('SELECT projection, position, generation, updated_at, failure, paused_at FROM rm_checkpoints WHERE projection = ? AND slot = ?')
       .get(projection, slot) as CheckpointRow | undefined;
     return row && toCheckpoint(row);
   }
@@ -145,7 +151,7 @@ export class EmbeddedReadStore implements ReadStore {
   }
 
   async listCheckpoints(): Promise<CheckpointInfo[]> {
-    return (this.prepare(`SELECT projection, position, generation, updated_at, failure FROM rm_checkpoints WHERE slot = 'live' ORDER BY projection`)
+    return (this.prepare(`SELECT projection, position, generation, updated_at, failure, paused_at FROM rm_checkpoints WHERE slot = 'live' ORDER BY projection`)
       .all() as CheckpointRow[]).map(toCheckpoint);
   }
 
@@ -154,6 +160,13 @@ export class EmbeddedReadStore implements ReadStore {
     return this.exclusive(async () => {
       this.prepare(`UPDATE rm_checkpoints SET failure = ? WHERE projection = ? AND slot = 'live'`)
         .run(failure && JSON.stringify(failure), projection);
+    });
+  }
+
+  /** Through the batch queue, as recordFailure. */
+  recordPause(projection: string, pausedAt: string | null): Promise<void> {
+    return this.exclusive(async () => {
+      this.prepare(`UPDATE rm_checkpoints SET paused_at = ? WHERE projection = ? AND slot = 'live'`).run(pausedAt, projection);
     });
   }
 
@@ -336,10 +349,13 @@ export class EmbeddedReadStore implements ReadStore {
     return this.slot(projection, 'rebuild');
   }
 
-  async finishRebuild(projection: string, options: { stale?: Pick<CheckpointInfo, 'position' | 'generation'> } = {}): Promise<{ swapped: boolean; live: CheckpointInfo }> {
+  async finishRebuild(projection: string, options: { generation?: number; stale?: Pick<CheckpointInfo, 'position' | 'generation'> } = {}):
+    Promise<{ swapped: boolean; live: CheckpointInfo; superseded?: true }> {
     return this.exclusive(async () => this.db.transaction(() => {
       const rebuilt = this.slot(projection, 'rebuild');
       const live = this.slot(projection, 'live');
+      // Not the caller's generation (another start superseded it and dropped its tables): neither it nor the other is swapped in.
+      if (live && options.generation !== undefined && rebuilt?.generation !== options.generation) return { swapped: false, live, superseded: true as const };
       if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
       const stale = options.stale && live.position === options.stale.position && live.generation === options.stale.generation;
       // Checked in the swap's own transaction: a live batch commits either before (and is seen here) or
@@ -374,8 +390,12 @@ export class EmbeddedReadStore implements ReadStore {
   }
 }
 
-function toCheckpoint({ failure, ...checkpoint }: CheckpointRow): CheckpointInfo {
-  return failure === null ? checkpoint : { ...checkpoint, failure: JSON.parse(failure) as ProjectionFailure };
+function toCheckpoint({ failure, paused_at: pausedAt, ...checkpoint }: CheckpointRow): CheckpointInfo {
+  return {
+    ...checkpoint,
+    ...(failure !== null && { failure: JSON.parse(failure) as ProjectionFailure }),
+    ...(pausedAt !== null && { paused_at: pausedAt }),
+  };
 }
 
 function tableName(collection: string, generation: number): string {

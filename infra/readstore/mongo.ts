@@ -27,6 +27,8 @@ interface CheckpointDoc {
   updated_at: string | null;
   /** Live slot only, while its runner reports the projection failing. */
   failure?: ProjectionFailure;
+  /** Live slot only, while a server process holds its runner paused. */
+  paused_at?: string;
   /**
    * Rebuild slot only: set by finishRebuild before it swaps this generation in. A startRebuild taking the slot
    * from a marked generation leaves its collections alone: it may be live already, or about to be.
@@ -202,6 +204,10 @@ export class MongoReadStore implements ReadStore {
 
   async recordFailure(projection: string, failure: ProjectionFailure | null): Promise<void> {
     await this.checkpoints.updateOne({ _id: slotId(projection, 'live') }, failure ? { $set: { failure } } : { $unset: { failure: '' } });
+  }
+
+  async recordPause(projection: string, pausedAt: string | null): Promise<void> {
+    await this.checkpoints.updateOne({ _id: slotId(projection, 'live') }, pausedAt ? { $set: { paused_at: pausedAt } } : { $unset: { paused_at: '' } });
   }
 
   async applyBatch(projection: string, expected: { position: number; generation: number }, position: number,
@@ -447,10 +453,13 @@ export class MongoReadStore implements ReadStore {
    * between, and superseded before it is finished keeps its collections: left behind rather than risk dropping
    * a live one.)
    */
-  async finishRebuild(projection: string, options: { stale?: Pick<CheckpointInfo, 'position' | 'generation'> } = {}): Promise<{ swapped: boolean; live: CheckpointInfo }> {
+  async finishRebuild(projection: string, options: { generation?: number; stale?: Pick<CheckpointInfo, 'position' | 'generation'> } = {}):
+    Promise<{ swapped: boolean; live: CheckpointInfo; superseded?: true }> {
     for (let attempt = 1; ; attempt++) {
       const rebuilt = await this.slot(projection, 'rebuild');
       const live = await this.slot(projection, 'live');
+      // Not the caller's generation: a start superseding it after this read fails the mark below, and this reads again.
+      if (live && options.generation !== undefined && rebuilt?.generation !== options.generation) return { swapped: false, live, superseded: true };
       if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
       if (rebuilt.generation !== live.generation) {
         const stale = options.stale && live.position === options.stale.position && live.generation === options.stale.generation;
@@ -512,7 +521,7 @@ function parsePhysicalName(name: string): { collection: string; generation: numb
 
 function toCheckpoint(doc: CheckpointDoc): CheckpointInfo {
   const checkpoint = { projection: doc.projection, position: doc.position, generation: doc.generation, updated_at: doc.updated_at };
-  return doc.failure ? { ...checkpoint, failure: doc.failure } : checkpoint;
+  return { ...checkpoint, ...(doc.failure && { failure: doc.failure }), ...(doc.paused_at && { paused_at: doc.paused_at }) };
 }
 
 function isDuplicateKey(error: unknown): boolean {

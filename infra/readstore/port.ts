@@ -53,6 +53,8 @@ export interface CheckpointInfo {
   updated_at: string | null;
   /** Live checkpoints only, and only while the projection's runner reports it failing. */
   failure?: ProjectionFailure;
+  /** Live checkpoints only: since when a server process has held the projection's runner paused (see ProjectionHost.pause). */
+  paused_at?: string;
 }
 
 /**
@@ -96,11 +98,17 @@ export interface ReadStore {
    * (`swapped: false`): the rebuild catches up with `live.position` and tries again, so the swap never
    * loses an event that readers were told (by the live position) had been applied.
    *
+   * `generation`: the rebuild's own (startRebuild's answer). If the rebuild slot no longer holds it (another rebuild
+   * superseded it, here or in another process, or it was finished or abandoned), nothing changes and the answer is
+   * `superseded`: checked in the swap's own unit of work, so a rebuild never swaps in a generation that another one
+   * is still writing (or wrote with other code). Without it, whatever generation the slot holds is swapped in.
+   *
    * `stale`: a live checkpoint found past the end of the log (see readModelsAhead: the live generation was built
    * from another or a longer log). If the live checkpoint is still exactly that one (position and generation),
    * the rebuilt generation replaces it although it is behind it: that position was never this log's.
    */
-  finishRebuild(projection: string, options?: { stale?: Pick<CheckpointInfo, 'position' | 'generation'> }): Promise<{ swapped: boolean; live: CheckpointInfo }>;
+  finishRebuild(projection: string, options?: { generation?: number; stale?: Pick<CheckpointInfo, 'position' | 'generation'> }):
+    Promise<{ swapped: boolean; live: CheckpointInfo; superseded?: true }>;
   /**
    * Drops an unfinished rebuild (interrupted or failed) and its generation, if `generation` is still the
    * one in the rebuild slot and not live; otherwise nothing changes. The live generation is untouched.
@@ -118,6 +126,11 @@ export interface ReadStore {
    * generation and updated_at as they are. A rebuild swapped in by finishRebuild starts without one.
    */
   recordFailure(projection: string, failure: ProjectionFailure | null): Promise<void>;
+  /**
+   * Records (or with null clears) since when a server process holds the projection's runner paused, on its live
+   * checkpoint, leaving everything else as it is (a rebuild swapped in keeps it: the runner is still paused).
+   */
+  recordPause(projection: string, pausedAt: string | null): Promise<void>;
   close(): Promise<void>;
 }
 

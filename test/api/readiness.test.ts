@@ -17,10 +17,10 @@ async function probe(app: TestCairn, service: 'platform' | 'memory' = 'platform'
   return { status: res.status, type: res.headers.get('content-type'), body: JSON.parse(text), text };
 }
 
-/** Probes until `status` (a load balancer polls the same way), at most ~10 s. */
-async function probeUntil(app: TestCairn, status: number): Promise<Probe> {
+/** Probes until `status` (a load balancer polls the same way), at most ~`ms` (10 s). */
+async function probeUntil(app: TestCairn, status: number, ms = 10_000): Promise<Probe> {
   let last = await probe(app);
-  for (let i = 0; i < 100 && last.status !== status; i++) {
+  for (let i = 0; i < ms / 100 && last.status !== status; i++) {
     await new Promise((resolve) => setTimeout(resolve, 100));
     last = await probe(app);
   }
@@ -101,7 +101,8 @@ for (const thread of ['true', 'false']) {
     }
 
     embedServer.embeddings.length = 0; // the provider is back
-    const recovered = await probeUntil(app, 200);
+    // At the runner's next retry: its waits double from 1 s (1, 2, 4, 8, 16 s…) while the provider is down.
+    const recovered = await probeUntil(app, 200, 40_000);
     t.equal(recovered.status, 200, recovered.text);
     t.match(row(recovered.body, 'memory-vectors'), { ready: true, failing: null, lag: 0, progress_at: String });
     t.equal((await probe(app, 'memory')).status, 200);
@@ -109,6 +110,65 @@ for (const thread of ['true', 'false']) {
       const recoveredStatus = await opsStatus(app.dataDir, env, true);
       t.equal(recoveredStatus.code, 0, `exit code 0 once none is failing ${recoveredStatus.stderr}`);
       t.equal(row({ projections: JSON.parse(recoveredStatus.stdout) }, 'memory-vectors').failing, null, 'and ops no longer shows it');
+    }
+  });
+}
+
+for (const thread of ['true', 'false']) {
+  t.test(`a paused projection: /readyz 503 naming it, ops projections status shows it (exit 3); ready again once resumed (PROJECTIONS_THREAD=${thread})`, async (t) => {
+    const env = { PROJECTIONS_THREAD: thread };
+    const app = await startTestCairn(env);
+    t.teardown(() => app.stop());
+    const { projectId, key } = await projectWithKey(app);
+    t.equal((await probe(app)).status, 200);
+
+    await app.projections.pause('project-config');
+    const put = await app.platform(`/projects/${projectId}/config/theme`, { method: 'PUT', headers: bearer(key), json: 'dark' });
+    const position = Number(put.headers.get('x-event-position'));
+    await app.waitFor(app.projections.names.filter((n) => n !== 'project-config'), position);
+    const paused = await probe(app);
+    t.equal(paused.status, 503, paused.text);
+    t.equal(paused.type, 'application/problem+json');
+    t.match(paused.body, {
+      type: 'https://cairn.dev/problems/not-ready', status: 503,
+      detail: /^not ready: project-config is paused \(since \S+\) at position \d+: reads that wait for a later position time out until it is resumed$/,
+      stores: { events: 'ok', reads: 'ok' }, thread: { state: 'running' },
+    });
+    const held = row(paused.body, 'project-config');
+    t.match(held, { ready: false, failing: null, paused_at: /^\d{4}-\d\d-\d\dT/ }, 'its row says since when');
+    t.ok(held.lag >= 1 && held.position < position, 'and that it is behind');
+    t.ok(paused.body.projections.filter((p: any) => p.projection !== 'project-config').every((p: any) => p.ready && p.paused_at === null), 'only it is not ready');
+    t.equal((await probe(app, 'memory')).status, 503, 'the memory service answers the same');
+    await app.projections.pause('project-config');
+    t.equal(row((await probe(app)).body, 'project-config').paused_at, held.paused_at, 'a second pause keeps the time of the first');
+
+    // The operator CLI (another process) sees it beside the checkpoint (recorded alike in both modes, by the host).
+    if (thread === 'true') {
+      const json = await opsStatus(app.dataDir, env, true);
+      t.equal(json.code, 3, 'ops projections status exits 3 while a projection is paused');
+      t.equal(json.stderr, 'error: paused projection: project-config\n');
+      const status = JSON.parse(json.stdout) as any[];
+      t.match(row({ projections: status }, 'project-config'), { paused_at: held.paused_at, failing: null });
+      t.ok(status.filter((s) => s.projection !== 'project-config').every((s) => s.paused_at === null));
+      const table = await opsStatus(app.dataDir, env, false);
+      t.equal(table.code, 3);
+      t.match(table.stdout.split('\n')[0], /\bPAUSED\s+FAILING$/);
+      t.match(table.stdout.split('\n').find((l) => l.startsWith('project-config')), `since ${held.paused_at}`);
+    } else {
+      t.match(await app.reads.checkpoint('project-config'), { paused_at: held.paused_at }, 'recorded beside the checkpoint');
+    }
+
+    await app.projections.resume('project-config');
+    const resumed = await probe(app);
+    t.equal(resumed.status, 200, resumed.text);
+    t.match(row(resumed.body, 'project-config'), { ready: true, paused_at: null });
+    await app.waitFor(['project-config'], position);
+    if (thread === 'true') {
+      const cleared = await opsStatus(app.dataDir, env, true);
+      t.equal(cleared.code, 0, `exit code 0 once resumed ${cleared.stderr}`);
+      t.equal(row({ projections: JSON.parse(cleared.stdout) }, 'project-config').paused_at, null, 'and ops no longer shows it');
+    } else {
+      t.notOk('paused_at' in (await app.reads.checkpoint('project-config')), 'cleared beside the checkpoint');
     }
   });
 }

@@ -333,6 +333,51 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.notOk('failure' in (await store.checkpoint('gamma')), 'the swapped-in generation starts without the old one\'s failure');
   });
 
+  await t.test('recordPause: beside the live checkpoint until cleared, kept through a rebuild swapped in', async (t) => {
+    await store.register('delta', [{ name: 'delta_docs' }]);
+    t.equal(await apply('delta', 5, async (w) => { await w.put('delta_docs', { id: 'd1' }, 5); }), true);
+    const before = await store.checkpoint('delta');
+    t.notOk('paused_at' in before, 'none until one is recorded');
+    const pausedAt = '2026-01-01T00:00:00.000Z';
+    await store.recordPause('delta', pausedAt);
+    t.same(await store.checkpoint('delta'), { ...before, paused_at: pausedAt }, 'position, generation and updated_at unchanged');
+    t.same((await store.listCheckpoints()).find((c) => c.projection === 'delta'), { ...before, paused_at: pausedAt }, 'listed with it');
+    t.equal(await apply('delta', 6, async () => {}), true, 'batches commit as before');
+    t.match(await store.checkpoint('delta'), { position: 6, paused_at: pausedAt }, 'a commit leaves it');
+    const rebuild = await store.startRebuild('delta');
+    t.notOk('paused_at' in rebuild, 'the rebuild slot never has one');
+    t.equal(await store.applyBatch('delta', rebuild, 6, async () => {}, { rebuild: true }), true);
+    t.match(await store.finishRebuild('delta', { generation: rebuild.generation }), { swapped: true, live: { generation: rebuild.generation, paused_at: pausedAt } },
+      'a rebuild swapped in keeps it: the runner is still paused');
+    await store.recordPause('delta', null);
+    t.notOk('paused_at' in (await store.checkpoint('delta')), 'cleared');
+    await store.recordPause('delta', null);
+    t.notOk('paused_at' in (await store.listCheckpoints()).find((c) => c.projection === 'delta')!, 'clearing twice is harmless');
+  });
+
+  await t.test('finishRebuild with the rebuild\'s generation: refused (superseded) once another start holds the slot, nothing changes', async (t) => {
+    const other = await subject.another();
+    t.teardown(() => other.close());
+    await store.register('overtaken', [{ name: 'overtaken_docs' }]);
+    t.equal(await apply('overtaken', 3, async (w) => { await w.put('overtaken_docs', { id: 'o1', v: 'live' }, 3); }), true);
+    const live = await store.checkpoint('overtaken');
+    const first = await store.startRebuild('overtaken');
+    t.equal(await store.applyBatch('overtaken', first, 3, async (w) => { await w.put('overtaken_docs', { id: 'o1', v: 'first' }, 3); }, { rebuild: true }), true);
+    const second = await other.startRebuild('overtaken');
+    t.equal(await other.applyBatch('overtaken', second, 3, async (w) => { await w.put('overtaken_docs', { id: 'o1', v: 'second' }, 3); }, { rebuild: true }), true,
+      'the second rebuild has caught up too: without a generation, finishing would swap it in');
+    t.same(await store.finishRebuild('overtaken', { generation: first.generation }), { swapped: false, live, superseded: true });
+    t.same(await store.finishRebuild('overtaken', { generation: first.generation, stale: { position: live.position, generation: live.generation } }),
+      { swapped: false, live, superseded: true }, 'not with a stale live checkpoint either');
+    t.same(await store.checkpoint('overtaken'), live, 'the live checkpoint is untouched');
+    t.match(await store.rebuildCheckpoint('overtaken'), { position: 3, generation: second.generation }, 'the second one keeps the slot');
+    t.match(await store.get('overtaken_docs', 'o1'), { v: 'live' });
+    t.match(await other.finishRebuild('overtaken', { generation: second.generation }), { swapped: true, live: { position: 3, generation: second.generation } });
+    t.match(await store.get('overtaken_docs', 'o1'), { v: 'second' }, 'its own documents');
+    t.match(await store.finishRebuild('overtaken', { generation: first.generation }), { swapped: false, superseded: true, live: { generation: second.generation } },
+      'a slot emptied by the other\'s swap: still superseded, not an error');
+  });
+
   // After the listings of every projection's checkpoint above: a projection of its own.
   await t.test('startRebuild called twice at once: a generation each, the later one supersedes the earlier', async (t) => {
     const other = await subject.another();
@@ -481,7 +526,7 @@ t.test('embedded', async (t) => {
   }));
 });
 
-t.test('embedded: a file from before failures were recorded gets the column, and keeps its checkpoints', async (t) => {
+t.test('embedded: a file from before failures and pauses were recorded gets the columns, and keeps its checkpoints', async (t) => {
   const file = join(tempDir(t), 'readmodels.db');
   const old = new Database(file);
   old.exec(`CREATE TABLE rm_checkpoints (projection TEXT NOT NULL, slot TEXT NOT NULL CHECK (slot IN ('live', 'rebuild')),
@@ -495,6 +540,8 @@ t.test('embedded: a file from before failures were recorded gets the column, and
   const failure = { message: 'boom', since: '2026-01-01T00:00:01.000Z', count: 1, last_at: '2026-01-01T00:00:01.000Z' };
   await a.recordFailure('old', failure);
   t.same((await b.checkpoint('old')).failure, failure, 'seen by the other connection');
+  await a.recordPause('old', '2026-01-01T00:00:02.000Z');
+  t.equal((await b.checkpoint('old')).paused_at, '2026-01-01T00:00:02.000Z');
 });
 
 const mongodbUrl = process.env.MONGODB_URL;

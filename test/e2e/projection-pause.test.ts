@@ -72,6 +72,38 @@ t.test('pausing a projection in the HTTP thread (PROJECTIONS_THREAD=false)', asy
   await pauseAndResume(t, app);
 });
 
+t.test('stopping the server does not wait for a paused projection and clears its pause; one left by a killed server is cleared at the next start', async (t) => {
+  for (const PROJECTIONS_THREAD of ['true', 'false']) {
+    const dataDir = mkdtempSync(join(tmpdir(), 'cairn-pause-stop-'));
+    t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+    // A stop waits (at most this long) for the projections to apply what was written: not for a paused one.
+    const env = { PROJECTIONS_THREAD, CONSISTENCY_TIMEOUT_MS: '15000' };
+    const app = await startTestCairn(env, { dataDir });
+    const { projectId, key } = await projectWithKey(app);
+    await app.projections.pause('project-config');
+    const position = await putConfig(app, projectId, key, 'theme', 'dark');
+    t.ok(app.projections.position('project-config') < position, `PROJECTIONS_THREAD=${PROJECTIONS_THREAD}: behind what was written`);
+    t.match(await app.reads.checkpoint('project-config'), { paused_at: String }, 'recorded beside its checkpoint');
+    const started = performance.now();
+    await app.stop();
+    const took = performance.now() - started;
+    t.ok(took < 5000, `stopped in ${Math.round(took)} ms, not after CONSISTENCY_TIMEOUT_MS (15 s)`);
+
+    const reads = new EmbeddedReadStore(join(dataDir, 'readmodels.db'), { checkpointer: false });
+    t.notOk('paused_at' in (await reads.checkpoint('project-config')), 'a stopped server holds nothing paused');
+    t.ok((await reads.checkpoint('project-config')).position < position, 'and the paused projection applied nothing meanwhile');
+    // What a server killed while it held the projection paused leaves behind.
+    await reads.recordPause('project-config', '2026-01-01T00:00:00.000Z');
+    await reads.close();
+    const next = await startTestCairn(env, { dataDir });
+    t.notOk('paused_at' in (await next.reads.checkpoint('project-config')), 'cleared by the next server to start');
+    t.equal(next.projections.health().projections.find((p) => p.projection === 'project-config')!.paused_at, null);
+    await next.projections.waitFor('project-config', position, 10_000);
+    t.match(await next.reads.get('config_values', configDocId(projectId, 'theme')), { value: 'dark' }, 'which applies it');
+    await next.stop();
+  }
+});
+
 t.test('a stopped host refuses to pause or resume', async (t) => {
   for (const PROJECTIONS_THREAD of ['true', 'false']) {
     const app = await startTestCairn({ PROJECTIONS_THREAD });

@@ -9,6 +9,7 @@ import { ProviderError } from '../../infra/providers/http.js';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import type { ProjectionFailure } from '../../infra/readstore/port.js';
 import type { Projection } from '../../projections/projection.js';
+import { rebuildProjection } from '../../projections/rebuild.js';
 import { ProjectionRunner } from '../../projections/runner.js';
 import { capturingLogger } from '../support/logs.js';
 
@@ -58,8 +59,8 @@ t.test('a failing batch is counted, sanitized, recorded beside the checkpoint, a
   let failures = 3;
   const projection = flaky('flaky', () => failures-- > 0, () => new ProviderError('embeddings',
     'embeddings provider unreachable (https://user:hunter2@embed.example/v1/embeddings?api-key=sk-abcdefgh1234): connect ECONNREFUSED\n    at TCPConnectWrap.afterConnect'));
-  // A short quiet period: it must not end a failure inside a batch (only applying the batch does).
-  const runner = new ProjectionRunner(projection, events, reads, undefined, { recoveredAfterMs: 50 });
+  // A short quiet period: it must not end a failure inside a batch (only applying the batch does). Short retries.
+  const runner = new ProjectionRunner(projection, events, reads, undefined, { recoveredAfterMs: 50, retryDelayMs: 50 });
   const reported = watch(runner);
   await runner.start();
   t.equal(runner.failure, undefined, 'not failing at start');
@@ -153,7 +154,7 @@ t.test('an event whose apply fails is named: by type and position in the failure
       await w.put('poisoned_docs', { id: e.id }, e.position);
     },
   };
-  const runner = new ProjectionRunner(projection, events, reads, log);
+  const runner = new ProjectionRunner(projection, events, reads, log, { retryDelayMs: 50 });
   const reported = watch(runner);
   await runner.start();
   // One batch: a good event, then the poison one.
@@ -173,11 +174,111 @@ t.test('an event whose apply fails is named: by type and position in the failure
 
   await reported.until((f) => f !== null && f.count >= 3);
   const logged = lines.filter((l) => /^projection (still )?failing|^projection failed/.test(l.msg));
-  t.equal(logged.length, 1, 'retried every second, the same failure is logged once (then once a minute), not on every attempt');
+  t.equal(logged.length, 1, 'retried again and again, the same failure is logged once (then once a minute), not on every attempt');
+  t.match(failed, { retry_in_ms: 50 }, 'with the wait before the next attempt');
 
   poisoned = false; // a fixed projection
   await runner.waitFor(appended.position, 10_000);
   t.equal(runner.failure, undefined);
   t.match(lines.find((l) => l.msg === 'projection recovered'), { projection: 'poisoned', attempts: Number }, 'its end is logged');
+  await runner.stop();
+});
+
+/** A projection that fails on every event marked `poison` while `poisoned()`; the times of its failed attempts. */
+function poisonable(name: string, poisoned: () => boolean) {
+  const attempts: number[] = [];
+  const projection: Projection = {
+    name, collections: [{ name: `${name}_docs` }], canHandle: ['Wanted'],
+    async apply(e, w) {
+      if (poisoned() && (e.data as { poison?: boolean }).poison) {
+        attempts.push(performance.now());
+        throw new Error('poison');
+      }
+      await w.put(`${name}_docs`, { id: e.id }, e.position);
+    },
+  };
+  const gaps = (from = 0) => attempts.slice(from + 1).map((at, i) => Math.round(at - attempts[from + i]!));
+  return { projection, attempts, gaps };
+}
+
+t.test('a poison event is retried after waits that double up to a cap, back to the first once the runner is past it', async (t) => {
+  const { events, reads } = stores(t);
+  let poisoned = true;
+  const { projection, attempts, gaps } = poisonable('backoff', () => poisoned);
+  // The waits: 50, 100, 200, 400 ms, then 400 ms each (uncapped they would go on to 800, 1,600 ms).
+  const runner = new ProjectionRunner(projection, events, reads, undefined, { retryDelayMs: 50, retryDelayMaxMs: 400 });
+  const reported = watch(runner);
+  await runner.start();
+  const poison = await events.append('a', [{ ...event('Wanted'), data: { poison: true } }], 'no_stream');
+  await reported.until((f) => f?.count === 7);
+  const waited = gaps();
+  t.comment(`waits between attempts: ${waited.join(', ')} ms`);
+  [50, 100, 200, 400, 400, 400].forEach((wait, i) => t.ok(waited[i]! >= wait - 2, `wait ${i + 1} is at least ${wait} ms (${waited[i]})`));
+  t.ok(waited[0]! < 400, `the first wait is the first delay, not a second (${waited[0]} ms)`);
+  t.ok(waited[5]! < 1200, `the sixth wait is capped at 400 ms, not 1,600 (${waited[5]} ms)`);
+  t.match(runner.failure, { count: 7, message: `poison (applying Wanted at position ${poison.position})` }, 'every attempt is counted, as before');
+  let stored = (await reads.checkpoint('backoff')).failure;
+  for (let i = 0; i < 100 && (stored?.count ?? 0) < 7; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    stored = (await reads.checkpoint('backoff')).failure;
+  }
+  t.ok(stored && stored.count >= 7, 'and recorded beside the checkpoint (ops projections status)');
+
+  poisoned = false; // the projection is fixed: applied at the next attempt, at most 400 ms later
+  await runner.waitFor(poison.position, 5000);
+  t.equal(runner.failure, undefined, 'past it');
+
+  // A new failure starts again from the first delay.
+  poisoned = true;
+  const before = attempts.length;
+  await events.append('b', [{ ...event('Wanted'), data: { poison: true } }], 'no_stream');
+  await reported.until(() => attempts.length >= before + 3);
+  const again = gaps(before);
+  t.ok(again[0]! < 400 && again[1]! < 600, `waits start at 50 ms again after progress (${again.join(', ')} ms)`);
+  await runner.stop();
+});
+
+t.test('a pause, resume or stop does not wait for the wait before a retry', async (t) => {
+  const { events, reads } = stores(t);
+  const { projection, attempts } = poisonable('patient', () => true);
+  // The first wait is 10 s, the next ones 20 s, 40 s…: the test would time out waiting for any of them.
+  const runner = new ProjectionRunner(projection, events, reads, undefined, { retryDelayMs: 10_000 });
+  const reported = watch(runner);
+  await runner.start();
+  await events.append('a', [{ ...event('Wanted'), data: { poison: true } }], 'no_stream');
+  await reported.until((f) => f?.count === 1);
+
+  let started = performance.now();
+  await runner.pause();
+  t.ok(performance.now() - started < 500, `paused at once during the 10 s wait (${Math.round(performance.now() - started)} ms)`);
+  t.equal(attempts.length, 1, 'no attempt while paused');
+  await runner.resume();
+  await reported.until((f) => f?.count === 2, 5000);
+  t.pass('resumed: retried at once, not after the wait');
+  started = performance.now();
+  await runner.stop();
+  t.ok(performance.now() - started < 500, `stopped at once during the 20 s wait (${Math.round(performance.now() - started)} ms)`);
+  t.equal(attempts.length, 2);
+});
+
+t.test('a rebuild swapped in while a failing runner waits before its retry is taken up then, not after the wait', async (t) => {
+  const { events, reads } = stores(t);
+  const { projection, attempts } = poisonable('swapped', () => true);
+  // Waits of 100, 200, 400, 800, 1,600, then 3,200 ms; the stored checkpoint is looked at every 100 ms meanwhile.
+  const runner = new ProjectionRunner(projection, events, reads, undefined, { retryDelayMs: 100 });
+  const reported = watch(runner);
+  await runner.start();
+  const poison = await events.append('a', [{ ...event('Wanted'), data: { poison: true } }], 'no_stream');
+  await reported.until((f) => f?.count === 6);
+  // The operator's fix: a rebuild with a projection that applies the event (as `ops projections rebuild` with fixed code).
+  const { projection: fixed } = poisonable('swapped', () => false);
+  const swapped = await rebuildProjection(events, reads, fixed);
+  const at = performance.now();
+  t.ok(swapped.position >= poison.position, 'the rebuilt generation has the event');
+  await runner.waitFor(poison.position, 2500);
+  t.ok(performance.now() - at < 2500, `the runner follows the swap within ${Math.round(performance.now() - at)} ms, during a wait of 3.2 s`);
+  t.equal(attempts.length, 6, 'without another attempt at the poison event');
+  await reported.until((f) => f === null);
+  t.equal(runner.failure, undefined, 'and is past the failure: the rebuilt generation starts without it');
   await runner.stop();
 });

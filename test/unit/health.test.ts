@@ -8,7 +8,7 @@ import {
 const health = (over: Partial<HostHealth> = {}): { health(): HostHealth } => ({
   health: () => ({
     thread: { mode: 'thread', state: 'running', heartbeat_at: null, restarts: 0 },
-    projections: [{ projection: 'a', position: 90, progress_at: null, failing: null }, { projection: 'b', position: 100, progress_at: null, failing: null }],
+    projections: [{ projection: 'a', position: 90, progress_at: null, failing: null, paused_at: null }, { projection: 'b', position: 100, progress_at: null, failing: null, paused_at: null }],
     ...over,
   }),
 });
@@ -45,7 +45,7 @@ t.test('HealthBoard: the first position is where a projection starts; moving for
   let now = Date.parse('2026-01-01T00:00:00.000Z');
   const board = new HealthBoard(['a', 'b'], () => now);
   board.moved('a', 10);
-  t.same(board.list()[0], { projection: 'a', position: 10, progress_at: null, failing: null });
+  t.same(board.list()[0], { projection: 'a', position: 10, progress_at: null, failing: null, paused_at: null });
   now += 1000;
   board.moved('a', 12);
   t.equal(board.list()[0]!.progress_at, '2026-01-01T00:00:01.000Z');
@@ -57,6 +57,10 @@ t.test('HealthBoard: the first position is where a projection starts; moving for
   t.same(board.list()[1]!.failing, failure);
   board.failed('b', null);
   t.equal(board.list()[1]!.failing, null);
+  board.paused('b', '2026-01-01T00:00:05.000Z');
+  t.equal(board.list()[1]!.paused_at, '2026-01-01T00:00:05.000Z');
+  board.paused('b', null);
+  t.equal(board.list()[1]!.paused_at, null);
   board.moved('unknown', 1);
   t.equal(board.list().length, 2, 'names it does not host are ignored');
   t.equal(board.positionOf('a'), 5);
@@ -86,7 +90,7 @@ t.test('readiness: failing or a thread not running is not ready; lag only past R
   const failure = { message: 'ProviderError: embeddings provider answered 503', since: '2026-01-01T00:00:00.000Z', count: 1, last_at: '2026-01-01T00:00:00.000Z' };
   const failing = await readiness(health({
     thread: { mode: 'thread', state: 'unresponsive', heartbeat_at: '2026-01-01T00:00:00.000Z', restarts: 2 },
-    projections: [{ projection: 'a', position: 100, progress_at: null, failing: failure }],
+    projections: [{ projection: 'a', position: 100, progress_at: null, failing: failure, paused_at: null }],
   }), { events, reads });
   t.same(failing.reasons, [
     'the projection thread is unresponsive',
@@ -95,10 +99,26 @@ t.test('readiness: failing or a thread not running is not ready; lag only past R
   t.match(failing.projections[0], { lag: 0, ready: false, failing: failure });
 
   // The log restored from an older backup under a running node: its runners would skip what is appended now.
-  const ahead = await readiness(health({ projections: [{ projection: 'a', position: 101, progress_at: null, failing: null }, { projection: 'b', position: 100, progress_at: null, failing: null }] }),
+  const ahead = await readiness(health({ projections: [{ projection: 'a', position: 101, progress_at: null, failing: null, paused_at: null }, { projection: 'b', position: 100, progress_at: null, failing: null, paused_at: null }] }),
     { events, reads });
   t.same(ahead.reasons, ['a is at position 101, past the end of the event log (100): built from another or a longer log; rebuild it']);
   t.match(ahead.projections, [{ projection: 'a', ready: false }, { projection: 'b', ready: true }], 'exactly at the end is ready');
+
+  // Paused (ProjectionHost.pause): not ready, whatever its lag, named with its position; with other reasons, each is given.
+  const since = '2026-01-01T00:00:00.000Z';
+  const paused = await readiness(health({ projections: [{ projection: 'a', position: 100, progress_at: null, failing: null, paused_at: since }, { projection: 'b', position: 100, progress_at: null, failing: null, paused_at: null }] }),
+    { events, reads });
+  t.same(paused.reasons, [`a is paused (since ${since}) at position 100: reads that wait for a later position time out until it is resumed`]);
+  t.match(paused, { ready: false, projections: [{ projection: 'a', lag: 0, ready: false, paused_at: since }, { projection: 'b', ready: true, paused_at: null }] });
+  const pausedAndMore = await readiness(health({ projections: [{ projection: 'a', position: 90, progress_at: null, failing: failure, paused_at: since }] }), { events, reads }, 5);
+  t.same(pausedAndMore.reasons, [
+    `a is paused (since ${since}) at position 90: reads that wait for a later position time out until it is resumed`,
+    'a is failing (1 failed attempt since 2026-01-01T00:00:00.000Z): ProviderError: embeddings provider answered 503',
+  ]);
+  t.same((await readiness(health({ projections: [{ projection: 'a', position: 90, progress_at: null, failing: null, paused_at: since }] }), { events, reads }, 5)).reasons, [
+    `a is paused (since ${since}) at position 90: reads that wait for a later position time out until it is resumed`,
+    'a is 10 events behind the log (READY_MAX_LAG 5)',
+  ]);
 });
 
 t.test('readiness: a store that fails or does not answer within STORE_PROBE_TIMEOUT_MS is not ready, and the probe answers in bounded time', async (t) => {
