@@ -1,6 +1,6 @@
 import type Koa from 'koa';
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyGetKey } from 'jose';
+import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
 import type { Config } from '../../infra/config.js';
 import type { Logger } from '../../infra/logger.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
@@ -17,6 +17,28 @@ const KEY_CACHE_LIMIT = 10_000;
 const NO_KEY_HASH = createHash('sha256').update('').digest();
 /** How far a session token's `iat` may lie ahead of this server's clock (the identity provider's clock may run a little fast). */
 const IAT_SKEW_SECONDS = 60;
+
+/** How many keys of the set a token without `kid` is tried against (a provider rotating keys publishes two or three). */
+const MAX_KEYS_TRIED = 8;
+
+/**
+ * A token without `kid` (or with one several keys share) that more than one key of the set could have signed: jose
+ * leaves the choice to the caller (its error iterates over the candidates). Each is tried, up to MAX_KEYS_TRIED;
+ * only a wrong signature moves on to the next, any other failure (expired, wrong audience) is the token's answer.
+ */
+async function tryEachKey(token: string, error: unknown, options: JWTVerifyOptions) {
+  if (!(error instanceof errors.JWKSMultipleMatchingKeys)) throw error;
+  let tried = 0;
+  for await (const key of error as errors.JWKSMultipleMatchingKeys & AsyncIterable<CryptoKey>) {
+    if (++tried > MAX_KEYS_TRIED) break;
+    try {
+      return await jwtVerify(token, key, options);
+    } catch (inner) {
+      if (!(inner instanceof errors.JWSSignatureVerificationFailed)) throw inner;
+    }
+  }
+  throw new errors.JWSSignatureVerificationFailed();
+}
 
 /** The JWKS could not be had (unreachable, slow, not 200, not a key set): the identity provider's failure, not the token's. */
 class KeySetUnavailableError extends Error {
@@ -43,7 +65,8 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
       try {
         return await jwks(header, token);
       } catch (error) {
-        // The token names no key of the set, or an algorithm the set cannot verify: the token is at fault (401).
+        // The token names no key of the set, or an algorithm the set cannot verify: the token is at fault (401). Several
+        // matching keys: each is tried (tryEachKey).
         if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys || error instanceof errors.JOSENotSupported) throw error;
         throw new KeySetUnavailableError('the JWKS at AUTH_JWKS_URL could not be fetched or read', { cause: error });
       }
@@ -60,7 +83,7 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
       const options = { algorithms, issuer: config.issuer, audience: config.audience, requiredClaims: ['sub', 'exp'] };
       const { payload } = keySource instanceof Uint8Array
         ? await jwtVerify(token, keySource, options)
-        : await jwtVerify(token, keySource, options);
+        : await jwtVerify(token, keySource, options).catch((error: unknown) => tryEachKey(token, error, options));
       const tenant = payload[config.tenantClaim];
       if (typeof payload.sub !== 'string' || payload.sub === '') throw new Error('no sub');
       const nowSeconds = Date.now() / 1000;

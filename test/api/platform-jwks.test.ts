@@ -83,3 +83,26 @@ t.test('sessions not configured: 503, not 401', async (t) => {
   t.equal(res.status, 503);
   t.match(await res.json(), { type: /not-configured/, detail: /AUTH_JWKS_URL or AUTH_JWT_SECRET/ });
 });
+
+t.test('a key set with several keys and tokens without kid (a provider rotating its keys): each key is tried', async (t) => {
+  const [first, second, stranger] = await Promise.all([generateKeyPair('RS256'), generateKeyPair('RS256'), generateKeyPair('RS256')]);
+  const keys = [
+    { ...(await exportJWK(first.publicKey)), alg: 'RS256', use: 'sig' },
+    { ...(await exportJWK(second.publicKey)), alg: 'RS256', use: 'sig' },
+  ];
+  const idp = createServer((req, res) => {
+    res.setHeader('Content-Type', 'application/json');
+    res.end(JSON.stringify({ keys }));
+  });
+  await new Promise<void>((r) => idp.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise((r) => idp.close(r)));
+  const app = await startTestCairn({ AUTH_JWKS_URL: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks`, AUTH_ISSUER: 'https://idp.example', AUTH_AUDIENCE: 'cairn' });
+  t.teardown(() => app.stop());
+  const sign = (key: CryptoKey, expires = '5m') => new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256' }).setSubject('user-7')
+    .setIssuer('https://idp.example').setAudience('cairn').setIssuedAt().setExpirationTime(expires).sign(key);
+  const status = async (token: string) => (await app.platform('/projects', { headers: bearer(token) })).status;
+  t.equal(await status(await sign(first.privateKey as CryptoKey)), 200, 'signed by the first key');
+  t.equal(await status(await sign(second.privateKey as CryptoKey)), 200, 'signed by the second key');
+  t.equal(await status(await sign(stranger.privateKey as CryptoKey)), 401, 'signed by neither');
+  t.equal(await status(await sign(second.privateKey as CryptoKey, '-1m')), 401, 'expired, signed by the second key');
+});
