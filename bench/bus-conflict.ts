@@ -6,7 +6,7 @@
  * which is what a conflict cost before; the old path also paid the failed append on top), in one process, on
  * the embedded log (two connections to one file, as two nodes on one host).
  *
- *   npx tsx bench/bus-conflict.ts [sizes=10000,50000] [commands=200]
+ *   npm run bench:bus-conflict -- [sizes=10000,50000] [commands=200]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
