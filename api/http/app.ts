@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import Koa from 'koa';
 import { randomUUID } from 'node:crypto';
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { stringify as toYaml } from 'yaml';
 import type { RequestMeta } from '../../commands/bus.js';
@@ -11,11 +11,11 @@ import type { Logger } from '../../infra/logger.js';
 import { InvalidCursorError } from '../../infra/readstore/port.js';
 import { ConsistencyTimeoutError } from '../../projections/runner.js';
 import { buildOpenApi, type OpenApiInfo } from './openapi.js';
+import { headerLines } from './guard.js';
 import { badRequest, forbidden, ProblemError, type ProblemChoice } from './problem.js';
-import { IDEMPOTENCY_KEY_PATTERN, mountRoutes, REQUEST_ID_PATTERN, type Mounting, type RouteDef } from './routes.js';
+import { mountRoutes, REQUEST_ID_PATTERN, type Mounting, type RouteDef } from './routes.js';
 
 const REQUEST_ID = new RegExp(REQUEST_ID_PATTERN);
-const IDEMPOTENCY_KEY = new RegExp(IDEMPOTENCY_KEY_PATTERN);
 
 export interface HttpAppOptions {
   name: string;
@@ -112,15 +112,21 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     };
     ctx.state.meta = meta;
     try {
-      // Browsers are refused before anything of their request is looked at.
+      // What Node itself would refuse with an empty body (see answerClientErrors) is refused first, as it would be.
+      if (ctx.req.httpVersion === '1.1' && ctx.req.headers.host === undefined) {
+        throw new ProblemError(400, 'malformed-request', 'an HTTP/1.1 request must have a Host header (RFC 9112 §3.2)');
+      }
+      // Node keeps the first of several Host lines; which one a proxy in front routed by is unknown (RFC 9112 §3.2: 400).
+      if (headerLines(ctx, 'host') > 1) throw new ProblemError(400, 'malformed-request', 'the Host header was sent more than once (RFC 9112 §3.2)');
+      if (unmetExpectations.has(ctx.req)) {
+        throw new ProblemError(417, 'expectation-failed', 'the Expect header asks for what the server cannot meet: 100-continue is the only expectation it supports');
+      }
+      // Browsers are refused before anything else of their request is looked at.
       const rejected = options.guard(ctx);
       if (rejected) throw forbidden(rejected);
       // The router matches a path whose escapes are not UTF-8 as raw text (`/agents/100%` finds the agent "100%").
       if (!decodable(ctx.path)) {
         throw badRequest('malformed percent-encoding in the path', [{ location: 'path', message: 'invalid percent-encoding: escapes must encode UTF-8 and a literal % is written %25', value: ctx.path.slice(0, 256) }]);
-      }
-      if (sentKey !== undefined && !IDEMPOTENCY_KEY.test(sentKey)) {
-        throw badRequest('invalid Idempotency-Key', [{ location: 'header.Idempotency-Key', message: 'must be 1-255 visible ASCII characters' }]);
       }
       await next();
     } catch (error) {
@@ -174,8 +180,21 @@ const CLIENT_ERRORS: Record<string, readonly [...ProblemChoice, detail: string]>
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'request-timeout', 'the request was not received in time'],
 };
 
-/** Requests Node's HTTP parser refuses never reach Koa, and Node answers them with an empty body: answer with a problem. */
+/** Requests with an Expect header Node does not meet (anything but 100-continue): answered 417 by the app. */
+const unmetExpectations = new WeakSet<IncomingMessage>();
+
+/**
+ * Requests Node refuses never reach Koa, and Node answers them with an empty body: answer with a problem.
+ * Those its HTTP parser refuses are answered here; the two it refuses after parsing (an HTTP/1.1 request
+ * without Host: 400, an Expect other than 100-continue: 417) are handed to the app, which refuses them first.
+ */
 export function answerClientErrors(server: Server): void {
+  // Set as a property: Node reads it on every request, though its types know it only as a createServer option.
+  (server as Server & { requireHostHeader: boolean }).requireHostHeader = false;
+  server.on('checkExpectation', (req: IncomingMessage, res) => {
+    unmetExpectations.add(req);
+    server.emit('request', req, res);
+  });
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
     // As Node does: only when nothing of a response has been written to this connection yet.
     const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
@@ -187,6 +206,8 @@ export function answerClientErrors(server: Server): void {
     const requestId = randomUUID();
     const problem = new ProblemError(status, slug, detail).toProblem(requestId);
     const body = JSON.stringify(problem);
-    socket.end(`HTTP/1.1 ${status} ${problem.title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`);
+    // The headers every answer of the apps carries (see createHttpApp).
+    socket.end(`HTTP/1.1 ${status} ${problem.title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\n`
+      + `Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n${body}`);
   });
 }

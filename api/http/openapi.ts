@@ -1,6 +1,6 @@
 import type { TSchema } from 'typebox';
 import { PROBLEM_BASE, PROBLEM_SCHEMA, PROBLEM_TYPES } from './problem.js';
-import { IDEMPOTENCY_KEY_PATTERN, REQUEST_ID_PATTERN, type AuthKind, type RouteDef } from './routes.js';
+import { IDEMPOTENCY_KEY_PATTERN, isCommand, REQUEST_ID_PATTERN, type AuthKind, type RouteDef } from './routes.js';
 
 export interface OpenApiInfo {
   title: string;
@@ -65,8 +65,19 @@ const ERROR_TEXT: Record<number, string> = {
 };
 const SESSION_UNAVAILABLE = ', or the identity provider\'s keys could not be fetched to verify the session (`identity-provider-unavailable`, see Retry-After)';
 
-/** Commands change state; queries (GET, and POSTs that read: search, context, chat) declare their read models. */
-const isCommand = (r: RouteDef) => r.method !== 'GET' && !r.readModels && r.implemented !== false;
+/** Every command's success carries it (mountRoutes sends Reply.position, which every command handler sets). */
+const EVENT_POSITION = { description: 'Log position of the last event this command appended', required: true, schema: { type: 'string', pattern: '^[0-9]+$' } };
+
+/** Headers problem answers carry (see `unauthorized()` and the problems built with a Retry-After). */
+const ERROR_HEADERS: Record<number, Record<string, unknown>> = {
+  401: { 'WWW-Authenticate': { description: 'the authentication scheme: `Bearer`', required: true, schema: { type: 'string' } } },
+  503: {
+    'Retry-After': {
+      description: 'seconds to wait before retrying: sent with `not-caught-up`, `event-store-unavailable` and `identity-provider-unavailable`, not with `not-configured` or `not-ready`',
+      schema: { type: 'string', pattern: '^[0-9]+$' },
+    },
+  },
+};
 
 /**
  * Problem statuses an operation can answer whatever its handler does, added to those its route lists:
@@ -125,7 +136,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
     const responses: Record<string, unknown> = {};
     for (const [status, doc] of Object.entries(r.responses)) {
       const headers = command || doc.headers
-        ? { ...(command ? { 'X-Event-Position': { description: 'Log position of the last event this command appended', schema: { type: 'string' } } } : {}), ...doc.headers }
+        ? { ...(command ? { 'X-Event-Position': EVENT_POSITION } : {}), ...doc.headers }
         : undefined;
       responses[status] = {
         description: doc.description,
@@ -136,6 +147,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
     for (const status of [...new Set([...r.errors, ...impliedErrors(r)])].sort((a, b) => a - b)) {
       responses[String(status)] = {
         description: errorText(r, status),
+        ...(ERROR_HEADERS[status] ? { headers: ERROR_HEADERS[status] } : {}),
         content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
       };
     }

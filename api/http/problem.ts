@@ -28,11 +28,13 @@ const TITLES: Record<number, string> = {
   408: 'Request Timeout',
   409: 'Conflict',
   413: 'Content Too Large',
+  417: 'Expectation Failed',
   422: 'Unprocessable Content',
   431: 'Request Header Fields Too Large',
   500: 'Internal Server Error',
   501: 'Not Implemented',
   503: 'Service Unavailable',
+  507: 'Insufficient Storage',
 };
 
 export const PROBLEM_BASE = 'https://cairn.dev/problems/';
@@ -46,7 +48,7 @@ export const PROBLEM_TYPES = {
   validation: { statuses: [400], meaning: 'The request is invalid: a path or query parameter, a header or the body failed validation (`errors[]` names each), or the body could not be read as JSON (malformed, not UTF-8, over 1 MiB, nested too deeply, a name twice in one object, wrong Content-Type, charset or Content-Encoding), or the path\'s percent-encoding is not UTF-8.' },
   invalid: { statuses: [400], meaning: 'A rule of the domain refused the command. The routes check the same rules first and answer `validation` naming the field, so a client should not see this type; it is what the domain answers a caller that skipped those checks.' },
   aborted: { statuses: [400], meaning: 'The request body was not received completely.' },
-  'malformed-request': { statuses: [400], meaning: 'Not valid HTTP/1.1: refused by the HTTP parser.' },
+  'malformed-request': { statuses: [400], meaning: 'Not valid HTTP/1.1: refused by the HTTP parser, an HTTP/1.1 request without a `Host` header, or one with more than one.' },
   'embeddings-not-configured': { statuses: [400], meaning: 'Memory service: semantic or hybrid search while `EMBEDDINGS_PROVIDER` is `none`.' },
   unauthorized: { statuses: [401], meaning: 'Credentials missing, malformed, not valid, revoked or expired (with `WWW-Authenticate: Bearer`).' },
   forbidden: { statuses: [403], meaning: 'A browser request (an `Origin` or `Sec-Fetch-Site` header), or on the memory service a `Host` not in `MEMORY_ALLOWED_HOSTS`.' },
@@ -54,6 +56,7 @@ export const PROBLEM_TYPES = {
   'not-found': { statuses: [404], meaning: 'No such resource (objects of another project included), or no route for the path.' },
   'method-not-allowed': { statuses: [405], meaning: 'The path exists, but not for this method: `Allow` lists those it has.' },
   'request-timeout': { statuses: [408], meaning: 'The request was not received in time.' },
+  'expectation-failed': { statuses: [417], meaning: 'The request has an `Expect` header other than `100-continue`, which is the only expectation the server meets.' },
   conflict: { statuses: [409], meaning: 'The change conflicts with the current state: the project, agent or key exists already, or the agent name is taken (`agent_id` names its holder).' },
   'concurrency-conflict': { statuses: [409], meaning: 'The resource kept being changed concurrently while the command was retried (`stream` names it): send the request again.' },
   'storage-full': { statuses: [507], meaning: 'The server\'s storage (the event log\'s disk) is full: nothing of the request was written. Writes succeed again once an operator has freed space; read models on the same disk stall meanwhile (reads that wait for them answer `not-caught-up`) and catch up then.' },

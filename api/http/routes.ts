@@ -24,6 +24,7 @@ export const BODY_LIMIT_BYTES = 1024 * 1024;
 /** Request headers the skeleton reads on every request: the server's rule and the OpenAPI document's pattern. */
 export const REQUEST_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$';
 export const IDEMPOTENCY_KEY_PATTERN = '^[\\x21-\\x7e]{1,255}$';
+const IDEMPOTENCY_KEY = new RegExp(IDEMPOTENCY_KEY_PATTERN);
 
 export interface Call<P, Q, B> {
   params: P;
@@ -88,6 +89,9 @@ export function route<P extends TSchema, Q extends TSchema, B extends TSchema>(d
   return def as unknown as RouteDef;
 }
 
+/** Commands change state (and take an Idempotency-Key); queries (GET, and POSTs that read: search, context, chat) declare their read models. */
+export const isCommand = (r: RouteDef) => r.method !== 'GET' && !r.readModels && r.implemented !== false;
+
 export interface Mounting {
   authenticate(ctx: Koa.Context, accepted: AuthKind[]): Promise<Principal>;
   /** Rejects with `signal`'s reason (a ClientGoneError) once it aborts, releasing the wait. */
@@ -103,7 +107,14 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
     const query = def.query ? new Validator(def.query, 'query', true) : undefined;
     const body = def.body ? new Validator(def.body, 'body') : undefined;
     const path = def.path;
+    const command = isCommand(def);
+    // A query schema open to any parameter (the health probes', for cache busters) takes the query as it comes.
+    const openQuery = (def.query as { additionalProperties?: unknown } | undefined)?.additionalProperties === true;
     const serve = async (ctx: Koa.Context): Promise<void> => {
+      // Sent at all (empty too), a key must be well-formed; only commands take one (as documented), so only they check it.
+      if (command && ctx.req.headers['idempotency-key'] !== undefined && !IDEMPOTENCY_KEY.test(ctx.get('Idempotency-Key'))) {
+        throw badRequest('invalid Idempotency-Key', [{ location: 'header.Idempotency-Key', message: 'must be 1-255 visible ASCII characters' }]);
+      }
       const principal = def.auth.length > 0 ? await mounting.authenticate(ctx, def.auth) : ({ kind: 'none' } as const);
       const meta = ctx.state.meta as RequestMeta;
       if (principal.kind === 'key' && def.scope && !principal.scopes.includes('*') && !principal.scopes.includes(def.scope)) {
@@ -121,9 +132,9 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
         meta.actor = principal.verified ? 'owner' : 'anonymous';
       }
       const rawQuery = { ...ctx.query } as Record<string, unknown>;
-      const minPosition = takeMinPosition(ctx, rawQuery, def.readModels !== undefined);
+      const minPosition = openQuery ? undefined : takeMinPosition(ctx, rawQuery, def.readModels !== undefined);
       for (const [k, v] of Object.entries(rawQuery)) {
-        if (Array.isArray(v)) throw badRequest(`query parameter ${k} given more than once`, [{ location: `query.${k}`, message: 'must be given once', value: v }]);
+        if (Array.isArray(v) && !openQuery) throw badRequest(`query parameter ${k} given more than once`, [{ location: `query.${k}`, message: 'must be given once', value: v }]);
       }
       const parsedParams = params ? lowercaseUuids(def.params!, params.parse(ctx.params)) as Record<string, unknown> : ctx.params;
       // A session acts on the project in the path: its events' metadata names it (a key's project is set above).
@@ -286,7 +297,7 @@ export async function readJsonBody(ctx: Koa.Context, types: string[] = ['applica
 }
 
 /**
- * Bodies are read by koa-body (co-body, raw-body, inflation): at most 1 MiB after a gzip, deflate or br
+ * Bodies are read by koa-body (co-body, raw-body, inflation): at most 1 MiB after a gzip (or x-gzip), deflate or br
  * Content-Encoding is undone (names are case-insensitive, RFC 9110 §8.4.1), a client that leaves before the
  * end noticed (see failOnAbort). It is asked for text in latin1, which maps every byte to one character, so the
  * body's bytes come back exactly: co-body's UTF-8 decoding would turn invalid bytes into U+FFFD before anyone
@@ -309,10 +320,17 @@ const nothing = async () => undefined;
 /** The body's bytes, decompressed (see readBodyText). */
 async function readBody(ctx: Koa.Context): Promise<Buffer> {
   const encoding = ctx.req.headers['content-encoding'];
-  if (encoding !== undefined) ctx.req.headers['content-encoding'] = encoding.toLowerCase();
+  // A recipient should take x-gzip for gzip (RFC 9110 §8.4.1.3); inflation knows only the latter.
+  if (encoding !== undefined) ctx.req.headers['content-encoding'] = encoding.toLowerCase().replace(/^x-gzip$/, 'gzip');
   try {
     await failOnAbort(ctx.req, readBodyText(ctx, nothing));
   } catch (error) {
+    // raw-body leaves the rest of a body it refused paused (piped into a decompressor, or not): a request sent
+    // next on this connection would wait behind it until the keep-alive timeout. The rest is read and dropped
+    // instead, as Node does with a body nobody reads (bounded by the server's requestTimeout), so the client gets
+    // this answer and can go on using the connection; closing it would cut a client still sending (EPIPE).
+    ctx.req.unpipe();
+    ctx.req.resume();
     const { type, status } = error as { type?: string; status?: number };
     if (type === 'entity.too.large') throw badRequest(`request body exceeds ${BODY_LIMIT_BYTES} bytes`);
     if (type === 'request.aborted') throw new ProblemError(400, 'aborted', 'request body was not received completely');

@@ -1,6 +1,6 @@
 import type Koa from 'koa';
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { bearerToken, browserSignal, headerLines } from '../http/guard.js';
+import { bearerToken, browserSignal } from '../http/guard.js';
 import { unauthorized } from '../http/problem.js';
 import type { Principal } from '../http/routes.js';
 
@@ -18,8 +18,6 @@ export function memoryGuard(allowedHosts: string[] | undefined) {
     const browser = browserSignal(ctx);
     if (browser) return browser;
     if (allowedHosts && allowedHosts.length > 0 && !PROBES.has(ctx.path)) {
-      // Node reads only the first of several Host headers; which one a proxy in front routed by is unknown.
-      if (headerLines(ctx, 'host') > 1) return 'requests with more than one Host header are not accepted';
       const host = (ctx.get('Host') || '').toLowerCase();
       if (!allowedHosts.includes(host) && !allowedHosts.includes(host.replace(/:\d+$/, ''))) return 'requests for this host are not accepted';
     }

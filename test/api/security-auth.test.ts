@@ -83,17 +83,22 @@ t.test('an Authorization header sent more than once is refused, whichever line h
   }
 });
 
-t.test('memory service: a Host header sent more than once is refused when MEMORY_ALLOWED_HOSTS is set', async (t) => {
+t.test('a Host header sent more than once is a 400 on both services (RFC 9112 §3.2), before any other check', async (t) => {
   const owner: [string, string] = ['Authorization', 'Bearer owner-token-of-the-audit'];
   const exportWith = (hosts: string[]) => rawGet(app.memoryUrl, '/v1/export?agent=a&user=b', [...hosts.map((h): [string, string] => ['Host', h]), owner]);
   t.equal((await exportWith(['memory.internal'])).status, 200, 'the allowed host');
   t.equal((await exportWith(['evil.example'])).status, 403, 'another host');
   for (const hosts of [['memory.internal', 'evil.example'], ['evil.example', 'memory.internal'], ['memory.internal', 'memory.internal']]) {
     const res = await exportWith(hosts);
-    t.equal(res.status, 403, `Host: ${hosts.join(' + Host: ')}`);
-    t.match(JSON.parse(res.body), { type: 'https://cairn.dev/problems/forbidden', detail: /more than one Host/ });
+    t.equal(res.status, 400, `Host: ${hosts.join(' + Host: ')}`);
+    t.match(JSON.parse(res.body), { type: 'https://cairn.dev/problems/malformed-request', detail: /Host header was sent more than once/ });
   }
-  t.equal((await rawGet(app.memoryUrl, '/healthz', [['Host', '10.0.0.7'], ['Host', '10.0.0.8']])).status, 200, 'the probes answer any Host, as before');
+  t.equal((await rawGet(app.memoryUrl, '/healthz', [['Host', '10.0.0.7']])).status, 200, 'the probes answer any Host, as before');
+  for (const [what, base, path] of [['memory probe', app.memoryUrl, '/healthz'], ['platform', app.platformUrl, '/api/v1/agents'], ['platform probe', app.platformUrl, '/healthz']] as const) {
+    const res = await rawGet(base, path, [platformHost, platformHost, ['Authorization', `Bearer ${key}`]]);
+    t.equal(res.status, 400, `${what}: two Host lines`);
+    t.match(JSON.parse(res.body), { type: 'https://cairn.dev/problems/malformed-request' });
+  }
 });
 
 t.test('the Bearer scheme is read as RFC 9110 allows: any case, spaces before the token', async (t) => {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { toProblemError } from '../../api/http/app.js';
 import { problemTypesTable } from '../../api/http/openapi.js';
-import { PROBLEM_BASE, PROBLEM_TYPES } from '../../api/http/problem.js';
+import { PROBLEM_BASE, PROBLEM_TYPES, ProblemError, type ProblemSlug } from '../../api/http/problem.js';
 import { DomainError, type DomainErrorKind } from '../../domain/shared/decider.js';
 import { DuplicateEventIdError, EventStoreTimeoutError, StorageFullError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import { InvalidCursorError } from '../../infra/readstore/port.js';
@@ -58,6 +58,16 @@ t.test('errors thrown below the API become catalogued problems', async (t) => {
   }
   t.same(Object.keys(kinds).map((kind) => toProblemError(new DomainError(kind as DomainErrorKind, 'x')).slug),
     ['not-found', 'conflict', 'invalid', 'forbidden', 'not-implemented', 'idempotency-mismatch'], 'a domain error\'s slug is its kind with hyphens');
+});
+
+t.test('every catalogued type has its status\'s reason phrase as title, not a generic "Error"', async (t) => {
+  for (const [slug, { statuses }] of Object.entries(catalogue)) {
+    for (const status of statuses) {
+      const { title } = new ProblemError(status as never, slug as ProblemSlug, 'x').toProblem('req-1');
+      t.not(title, 'Error', `${status} ${slug}: ${title}`);
+    }
+  }
+  t.equal(toProblemError(new StorageFullError('disk full')).toProblem('req-1').title, 'Insufficient Storage', '507 storage-full (RFC 4918 §11.5)');
 });
 
 t.test('an event store that did not answer in time: 503 event-store-unavailable with Retry-After; a write\'s outcome is unknown', async (t) => {
