@@ -1,9 +1,11 @@
+import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
 import type { Worker } from 'node:worker_threads';
 import type { Config } from '../infra/config.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { Logger } from '../infra/logger.js';
-import type { ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
+import type { PauseHolder, PauseRecord, ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
 import { startWorker } from '../infra/threads.js';
 import { HealthBoard, threadState, type HostHealth } from './health.js';
 import { allProjections, type ProjectionSinks } from './index.js';
@@ -36,8 +38,9 @@ export interface ProjectionHost {
    * that exited keeps it paused; the host's stop() ends it. Pausing a paused projection does nothing; pauses and
    * resumes take effect in the order called. Resolves once the runner has stopped.
    * While paused it is reported: by health() (`paused_at`: /readyz answers 503 naming it) and beside its checkpoint
-   * (ReadStore.recordPause: `ops projections status`); a host that starts clears such records left by a process that
-   * was killed while it held a projection paused, and a host that stops clears its own.
+   * (ReadStore.recordPause, naming this host: `ops projections status`). A host that stops clears its own records; one
+   * that starts clears those of hosts on this machine that no longer run (killed while they held a projection paused),
+   * and keeps those of other machines (it cannot tell whether they run; see Pauses.gone).
    */
   pause(name: string): Promise<void>;
   /** Applies events to a paused projection again, from its stored checkpoint; resolves once its runner has started. */
@@ -57,15 +60,22 @@ export async function startProjectionHost(options: HostOptions): Promise<Project
   return options.config.projectionsThread ? ThreadHost.start(options) : InlineHost.start(options);
 }
 
+/** The ids of the hosts of this process that have started and not stopped (tests run several in one process). */
+const runningHosts = new Set<string>();
+
 /**
  * The projections a host has paused, since when: on its HealthBoard (so /readyz names them) and recorded beside their
- * checkpoints (ReadStore.recordPause) for `ops projections status`, in the order pauses and resumes were called.
+ * checkpoints (ReadStore.recordPause) for `ops projections status`, in the order pauses and resumes were called, under
+ * this host's own PauseHolder: other hosts on the same read store (servers sharing a DATA_DIR, or a MongoDB) have theirs.
  */
 class Pauses {
   private readonly since = new Map<string, string>();
   private writes: Promise<unknown> = Promise.resolve();
+  readonly holder: PauseHolder = { host: hostname(), pid: process.pid, id: randomUUID() };
 
-  constructor(private readonly reads: ReadStore, private readonly board: HealthBoard, private readonly log: Logger) {}
+  constructor(private readonly reads: ReadStore, private readonly board: HealthBoard, private readonly log: Logger) {
+    runningHosts.add(this.holder.id);
+  }
 
   get names(): string[] { return [...this.since.keys()]; }
 
@@ -78,27 +88,49 @@ class Pauses {
 
   /** Stores `name`'s state as it is when this write's turn comes: pauses and resumes called at once end with the last. */
   record(name: string): Promise<void> {
-    const run = this.writes.then(() => this.reads.recordPause(name, this.since.get(name) ?? null))
+    const run = this.writes.then(() => this.reads.recordPause(name, this.holder, this.since.get(name) ?? null))
       .catch((error) => this.log.warn({ err: error, projection: name }, 'could not record the projection\'s pause beside its checkpoint'));
     this.writes = run;
     return run;
   }
 
-  /** At start: records of these projections left by a process killed while it held them paused (this one holds none yet). */
+  /** At start: records of these projections left by hosts that no longer run (see gone); other hosts' records stay. */
   async clearLeftOver(names: readonly string[]): Promise<void> {
     try {
-      const left = (await this.reads.listCheckpoints()).filter((cp) => cp.paused_at !== undefined && names.includes(cp.projection) && !this.since.has(cp.projection));
-      for (const cp of left) await this.record(cp.projection);
+      for (const cp of await this.reads.listCheckpoints()) {
+        if (!names.includes(cp.projection)) continue;
+        for (const record of (cp.paused_by ?? []).filter(gone)) await this.reads.recordPause(cp.projection, record, null);
+      }
     } catch (error) {
       this.log.warn({ err: error }, 'could not clear pauses recorded by an earlier process');
     }
   }
 
-  /** At stop: this process holds nothing back any more. */
+  /** At stop: this host holds nothing back any more; its records go, other hosts' stay. */
   async clearAll(): Promise<void> {
+    runningHosts.delete(this.holder.id);
     const names = this.names;
     this.since.clear();
     for (const name of names) await this.record(name);
+  }
+}
+
+/**
+ * Whether the host that recorded a pause no longer runs: one of this process that has stopped, or one of another process
+ * on this machine (same host name) that has exited. A host on another machine is never taken for gone: its record stays
+ * (shown by `ops projections status` with its host and pid) until that host resumes, stops or starts again there. The
+ * record of a process whose id another process has taken since stays too (rather than hide a pause). Hosts sharing a
+ * read store need host names of their own: containers get distinct ones unless one is set.
+ */
+function gone(record: PauseRecord): boolean {
+  if (record.host !== hostname()) return false;
+  if (record.pid === process.pid) return !runningHosts.has(record.id);
+  try {
+    process.kill(record.pid, 0);
+    return false;
+  } catch (error) {
+    // EPERM: it runs, as another user.
+    return (error as NodeJS.ErrnoException).code === 'ESRCH';
   }
 }
 

@@ -5,8 +5,9 @@ import type { Worker } from 'node:worker_threads';
 import { startWorker } from '../threads.js';
 import {
   decodeCursor, encodeCursor,
-  type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page,
-  type ProjectionFailure, type ProjectionWriter, type ReadStore, type Stored, type Where,
+  pauseFields, PAUSE_HOLDER_ID,
+  type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page, type PauseHolder,
+  type ProjectionFailure, type ProjectionWriter, type ReadStore, type Stored, type StoredPauses, type Where,
 } from './port.js';
 
 const SCHEMA = `
@@ -17,7 +18,7 @@ CREATE TABLE IF NOT EXISTS rm_checkpoints (
   generation INTEGER NOT NULL,
   updated_at TEXT,
   failure    TEXT,
-  paused_at  TEXT,
+  paused_by  TEXT,
   PRIMARY KEY (projection, slot)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rm_collections (
@@ -33,9 +34,12 @@ const CHECKPOINT_INTERVAL_MS = 250;
 const FIELD = /^[A-Za-z_][A-Za-z0-9_.]{0,127}$/;
 
 interface Row { id: string; position: number; deleted: number; doc: string }
-type CheckpointRow = Omit<CheckpointInfo, 'failure' | 'paused_at'> & { failure: string | null; paused_at: string | null };
-/** Columns added to rm_checkpoints since it was first made (files made before them get them at open). */
-const ADDED_COLUMNS = ['failure', 'paused_at'];
+type CheckpointRow = Omit<CheckpointInfo, 'failure' | 'paused_at' | 'paused_by'> & { failure: string | null; paused_by: string | null };
+/**
+ * Columns added to rm_checkpoints since it was first made (files made before them get them at open). A `paused_at` column
+ * (pauses recorded without their holder, by one earlier version) is left unread.
+ */
+const ADDED_COLUMNS = ['failure', 'paused_by'];
 
 /**
  * Read models in SQLite (a file beside the event log). Writes are not fsynced on every commit
@@ -141,7 +145,7 @@ export class EmbeddedReadStore implements ReadStore {
   }
 
   private slot(projection: string, slot: 'live' | 'rebuild'): CheckpointInfo | undefined {
-    const row = this.prepare('SELECT projection, position, generation, updated_at, failure, paused_at FROM rm_checkpoints WHERE projection = ? AND slot = ?')
+    const row = this.prepare('SELECT projection, position, generation, updated_at, failure, paused_by FROM rm_checkpoints WHERE projection = ? AND slot = ?')
       .get(projection, slot) as CheckpointRow | undefined;
     return row && toCheckpoint(row);
   }
@@ -151,7 +155,7 @@ export class EmbeddedReadStore implements ReadStore {
   }
 
   async listCheckpoints(): Promise<CheckpointInfo[]> {
-    return (this.prepare(`SELECT projection, position, generation, updated_at, failure, paused_at FROM rm_checkpoints WHERE slot = 'live' ORDER BY projection`)
+    return (this.prepare(`SELECT projection, position, generation, updated_at, failure, paused_by FROM rm_checkpoints WHERE slot = 'live' ORDER BY projection`)
       .all() as CheckpointRow[]).map(toCheckpoint);
   }
 
@@ -163,10 +167,16 @@ export class EmbeddedReadStore implements ReadStore {
     });
   }
 
-  /** Through the batch queue, as recordFailure. */
-  recordPause(projection: string, pausedAt: string | null): Promise<void> {
+  /**
+   * Through the batch queue, as recordFailure. One statement, so that what other connections (other processes) recorded
+   * for other holders meanwhile stays: a JSON merge patch sets this holder's record or (a null value) removes it.
+   */
+  recordPause(projection: string, holder: PauseHolder, since: string | null): Promise<void> {
+    if (!PAUSE_HOLDER_ID.test(holder.id)) return Promise.reject(new Error(`invalid pause holder id ${JSON.stringify(holder.id)}`));
     return this.exclusive(async () => {
-      this.prepare(`UPDATE rm_checkpoints SET paused_at = ? WHERE projection = ? AND slot = 'live'`).run(pausedAt, projection);
+      this.prepare(`UPDATE rm_checkpoints SET paused_by = NULLIF(json_patch(coalesce(paused_by, '{}'), json_object(?, json(?))), '{}')
+        WHERE projection = ? AND slot = 'live'`)
+        .run(holder.id, since === null ? null : JSON.stringify({ host: holder.host, pid: holder.pid, since }), projection);
     });
   }
 
@@ -349,13 +359,13 @@ export class EmbeddedReadStore implements ReadStore {
     return this.slot(projection, 'rebuild');
   }
 
-  async finishRebuild(projection: string, options: { generation?: number; stale?: Pick<CheckpointInfo, 'position' | 'generation'> } = {}):
+  async finishRebuild(projection: string, options: { generation: number; stale?: Pick<CheckpointInfo, 'position' | 'generation'> }):
     Promise<{ swapped: boolean; live: CheckpointInfo; superseded?: true }> {
     return this.exclusive(async () => this.db.transaction(() => {
       const rebuilt = this.slot(projection, 'rebuild');
       const live = this.slot(projection, 'live');
       // Not the caller's generation (another start superseded it and dropped its tables): neither it nor the other is swapped in.
-      if (live && options.generation !== undefined && rebuilt?.generation !== options.generation) return { swapped: false, live, superseded: true as const };
+      if (live && rebuilt?.generation !== options.generation) return { swapped: false, live, superseded: true as const };
       if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
       const stale = options.stale && live.position === options.stale.position && live.generation === options.stale.generation;
       // Checked in the swap's own transaction: a live batch commits either before (and is seen here) or
@@ -390,11 +400,11 @@ export class EmbeddedReadStore implements ReadStore {
   }
 }
 
-function toCheckpoint({ failure, paused_at: pausedAt, ...checkpoint }: CheckpointRow): CheckpointInfo {
+function toCheckpoint({ failure, paused_by: pausedBy, ...checkpoint }: CheckpointRow): CheckpointInfo {
   return {
     ...checkpoint,
     ...(failure !== null && { failure: JSON.parse(failure) as ProjectionFailure }),
-    ...(pausedAt !== null && { paused_at: pausedAt }),
+    ...pauseFields(pausedBy === null ? null : JSON.parse(pausedBy) as StoredPauses),
   };
 }
 

@@ -2,8 +2,9 @@ import { MongoClient, MongoServerError, ReadPreference } from 'mongodb';
 import type { ClientSession, Collection, Db, Document, Filter, Sort } from 'mongodb';
 import {
   decodeCursor, encodeCursor,
-  type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page,
-  type ProjectionFailure, type ProjectionWriter, type ReadStore, type Stored, type Where,
+  pauseFields, PAUSE_HOLDER_ID,
+  type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page, type PauseHolder,
+  type ProjectionFailure, type ProjectionWriter, type ReadStore, type Stored, type StoredPauses, type Where,
 } from './port.js';
 
 const NAME = /^[a-z][a-z0-9_]{0,62}$/;
@@ -27,8 +28,11 @@ interface CheckpointDoc {
   updated_at: string | null;
   /** Live slot only, while its runner reports the projection failing. */
   failure?: ProjectionFailure;
-  /** Live slot only, while a server process holds its runner paused. */
-  paused_at?: string;
+  /**
+   * Live slot only: the projection hosts holding its runner paused, by holder id (each sets and unsets its own field).
+   * A `paused_at` field (a pause recorded without its holder, by one earlier version) is left unread.
+   */
+  paused_by?: StoredPauses;
   /**
    * Rebuild slot only: set by finishRebuild before it swaps this generation in. A startRebuild taking the slot
    * from a marked generation leaves its collections alone: it may be live already, or about to be.
@@ -206,8 +210,12 @@ export class MongoReadStore implements ReadStore {
     await this.checkpoints.updateOne({ _id: slotId(projection, 'live') }, failure ? { $set: { failure } } : { $unset: { failure: '' } });
   }
 
-  async recordPause(projection: string, pausedAt: string | null): Promise<void> {
-    await this.checkpoints.updateOne({ _id: slotId(projection, 'live') }, pausedAt ? { $set: { paused_at: pausedAt } } : { $unset: { paused_at: '' } });
+  /** The holder's own field of `paused_by`, set or unset in one update: other holders' records stay. */
+  async recordPause(projection: string, holder: PauseHolder, since: string | null): Promise<void> {
+    if (!PAUSE_HOLDER_ID.test(holder.id)) throw new Error(`invalid pause holder id ${JSON.stringify(holder.id)}`);
+    const field = `paused_by.${holder.id}`;
+    await this.checkpoints.updateOne({ _id: slotId(projection, 'live') },
+      since === null ? { $unset: { [field]: '' } } : { $set: { [field]: { host: holder.host, pid: holder.pid, since } } });
   }
 
   async applyBatch(projection: string, expected: { position: number; generation: number }, position: number,
@@ -453,13 +461,13 @@ export class MongoReadStore implements ReadStore {
    * between, and superseded before it is finished keeps its collections: left behind rather than risk dropping
    * a live one.)
    */
-  async finishRebuild(projection: string, options: { generation?: number; stale?: Pick<CheckpointInfo, 'position' | 'generation'> } = {}):
+  async finishRebuild(projection: string, options: { generation: number; stale?: Pick<CheckpointInfo, 'position' | 'generation'> }):
     Promise<{ swapped: boolean; live: CheckpointInfo; superseded?: true }> {
     for (let attempt = 1; ; attempt++) {
       const rebuilt = await this.slot(projection, 'rebuild');
       const live = await this.slot(projection, 'live');
       // Not the caller's generation: a start superseding it after this read fails the mark below, and this reads again.
-      if (live && options.generation !== undefined && rebuilt?.generation !== options.generation) return { swapped: false, live, superseded: true };
+      if (live && rebuilt?.generation !== options.generation) return { swapped: false, live, superseded: true };
       if (!rebuilt || !live) throw new Error(`no rebuild in progress for ${projection}`);
       if (rebuilt.generation !== live.generation) {
         const stale = options.stale && live.position === options.stale.position && live.generation === options.stale.generation;
@@ -521,7 +529,7 @@ function parsePhysicalName(name: string): { collection: string; generation: numb
 
 function toCheckpoint(doc: CheckpointDoc): CheckpointInfo {
   const checkpoint = { projection: doc.projection, position: doc.position, generation: doc.generation, updated_at: doc.updated_at };
-  return { ...checkpoint, ...(doc.failure && { failure: doc.failure }), ...(doc.paused_at && { paused_at: doc.paused_at }) };
+  return { ...checkpoint, ...(doc.failure && { failure: doc.failure }), ...pauseFields(doc.paused_by) };
 }
 
 function isDuplicateKey(error: unknown): boolean {

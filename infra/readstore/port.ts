@@ -53,8 +53,38 @@ export interface CheckpointInfo {
   updated_at: string | null;
   /** Live checkpoints only, and only while the projection's runner reports it failing. */
   failure?: ProjectionFailure;
-  /** Live checkpoints only: since when a server process has held the projection's runner paused (see ProjectionHost.pause). */
+  /** Live checkpoints only: since when a server process has held the projection's runner paused (the earliest of `paused_by`). */
   paused_at?: string;
+  /** Live checkpoints only: who holds the projection's runner paused (see ProjectionHost.pause), and since when, earliest first. */
+  paused_by?: PauseRecord[];
+}
+
+/**
+ * One projection host holding a projection paused (ProjectionHost.pause): the machine's host name and the process id, to tell
+ * whether it still runs, and an id of its own (two hosts may share a process, as in tests). Several hosts on one read store
+ * (MongoDB, or servers sharing a DATA_DIR) each have a record of their own.
+ */
+export interface PauseHolder {
+  host: string;
+  pid: number;
+  id: string;
+}
+
+export interface PauseRecord extends PauseHolder {
+  since: string;
+}
+
+/** A PauseHolder's `id`: also a field name in MongoDB (no `.`, no leading `$`). */
+export const PAUSE_HOLDER_ID = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** How the adapters store a projection's pause records: by holder id. */
+export type StoredPauses = Record<string, Omit<PauseRecord, 'id'>>;
+
+/** A checkpoint's `paused_at` and `paused_by` from its stored pause records (none: neither field). */
+export function pauseFields(stored: StoredPauses | null | undefined): Pick<CheckpointInfo, 'paused_at' | 'paused_by'> {
+  const records = Object.entries(stored ?? {}).map(([id, r]): PauseRecord => ({ host: r.host, pid: r.pid, id, since: r.since }))
+    .sort((a, b) => a.since.localeCompare(b.since) || a.id.localeCompare(b.id));
+  return records.length === 0 ? {} : { paused_at: records[0]!.since, paused_by: records };
 }
 
 /**
@@ -101,13 +131,13 @@ export interface ReadStore {
    * `generation`: the rebuild's own (startRebuild's answer). If the rebuild slot no longer holds it (another rebuild
    * superseded it, here or in another process, or it was finished or abandoned), nothing changes and the answer is
    * `superseded`: checked in the swap's own unit of work, so a rebuild never swaps in a generation that another one
-   * is still writing (or wrote with other code). Without it, whatever generation the slot holds is swapped in.
+   * is still writing (or wrote with other code). A projection without a live checkpoint (never registered) is an error.
    *
    * `stale`: a live checkpoint found past the end of the log (see readModelsAhead: the live generation was built
    * from another or a longer log). If the live checkpoint is still exactly that one (position and generation),
    * the rebuilt generation replaces it although it is behind it: that position was never this log's.
    */
-  finishRebuild(projection: string, options?: { generation?: number; stale?: Pick<CheckpointInfo, 'position' | 'generation'> }):
+  finishRebuild(projection: string, options: { generation: number; stale?: Pick<CheckpointInfo, 'position' | 'generation'> }):
     Promise<{ swapped: boolean; live: CheckpointInfo; superseded?: true }>;
   /**
    * Drops an unfinished rebuild (interrupted or failed) and its generation, if `generation` is still the
@@ -127,10 +157,11 @@ export interface ReadStore {
    */
   recordFailure(projection: string, failure: ProjectionFailure | null): Promise<void>;
   /**
-   * Records (or with null clears) since when a server process holds the projection's runner paused, on its live
-   * checkpoint, leaving everything else as it is (a rebuild swapped in keeps it: the runner is still paused).
+   * Records (or with null clears) since when `holder` holds the projection's runner paused, on its live checkpoint, in
+   * one write: the records of other holders and everything else stay as they are (a rebuild swapped in keeps them: the
+   * runners are still paused).
    */
-  recordPause(projection: string, pausedAt: string | null): Promise<void>;
+  recordPause(projection: string, holder: PauseHolder, since: string | null): Promise<void>;
   close(): Promise<void>;
 }
 

@@ -48,8 +48,9 @@ t.test('embedded: startRebuild and finishRebuild while another connection keeps 
   let rounds = 0;
   try {
     for (; rounds < 300; rounds++) {
-      await store.startRebuild('rebuilt');
-      await store.finishRebuild('rebuilt');
+      const { generation } = await store.startRebuild('rebuilt');
+      const { swapped } = await store.finishRebuild('rebuilt', { generation });
+      if (!swapped) throw new Error(`generation ${generation} was not swapped in`);
     }
   } catch (error) {
     failure = error;

@@ -9,7 +9,8 @@ import { cursorReply, fakeMongo } from '../support/mongo-wire.js';
  * projections at start) or swap drops them, and only them: never the live generation, the rebuild slot's, or one
  * above the live one (a swap in another process may be about to make it live), nor any other collection. A startRebuild
  * stalled between its reads and its claim while whole rebuilds ran elsewhere drops no live generation either, and
- * hands out none at or below the live one.
+ * hands out none at or below the live one. A finishRebuild whose generation another start superseded (before its reads,
+ * or between them and its mark) swaps nothing in. Pause records of several hosts sit side by side on a live checkpoint.
  *
  * Against a stand-in standalone server that speaks MongoDB's wire protocol and keeps what the store needs:
  * which collections exist, and the documents of `_checkpoints` and `_collections`. Several stores on it are
@@ -40,11 +41,25 @@ function matches(doc: Document, filter: Document = {}): boolean {
   });
 }
 
-/** `update` as MongoDB applies it: a replacement, or `$set`/`$unset` (and `$setOnInsert` on an insert). */
+/** `update` as MongoDB applies it: a replacement, or `$set`/`$unset` of fields or dotted paths (and `$setOnInsert` on an insert). */
 function updated(doc: Document | undefined, filter: Document, update: Document): Document {
   if (!Object.keys(update).some((k) => k.startsWith('$'))) return { _id: doc?._id ?? filter._id, ...update };
-  const next: Document = { ...(doc ?? { _id: filter._id, ...update.$setOnInsert }), ...update.$set };
-  for (const field of Object.keys(update.$unset ?? {})) delete next[field];
+  const next: Document = structuredClone(doc ?? { _id: filter._id, ...update.$setOnInsert });
+  /** The document holding the path's last field (made on the way when `make`), and that field. */
+  const parent = (path: string, make: boolean): [Document | undefined, string] => {
+    const fields = path.split('.');
+    let at: Document | undefined = next;
+    for (const field of fields.slice(0, -1)) at = at && (at[field] ??= make ? {} : undefined);
+    return [at, fields.at(-1)!];
+  };
+  for (const [path, value] of Object.entries(update.$set ?? {})) {
+    const [at, field] = parent(path, true);
+    at![field] = value;
+  }
+  for (const path of Object.keys(update.$unset ?? {})) {
+    const [at, field] = parent(path, false);
+    if (at) delete at[field];
+  }
   return next;
 }
 
@@ -178,7 +193,7 @@ t.test('a swap killed before clearing the rebuild slot: finishing again clears i
     registry: REGISTRY,
   });
   const store = await db.connect();
-  t.match(await store.finishRebuild('p'), { swapped: true, live: { generation: 2 } });
+  t.match(await store.finishRebuild('p', { generation: 2 }), { swapped: true, live: { generation: 2 } });
   t.equal(db.checkpoint('p:rebuild'), undefined, 'the slot is cleared');
   t.same(db.collections(), ['items__g2', 'tags__g2']);
 });
@@ -189,14 +204,14 @@ t.test('a drop that fails after the swap: the next swap drops what it left', asy
   await store.register('p', P);
   t.match(await store.startRebuild('p'), { generation: 2 });
   db.server.onDrop = (name) => (name === 'tags__g1' ? INTERRUPTED : undefined);
-  await t.rejects(store.finishRebuild('p'), /interrupted/);
+  await t.rejects(store.finishRebuild('p', { generation: 2 }), /interrupted/);
   db.server.onDrop = undefined;
   t.match(await store.checkpoint('p'), { generation: 2 }, 'swapped in before the drop failed');
   t.same(db.collections(), ['items__g2', 'tags__g1', 'tags__g2'], 'the collection whose drop failed is left');
 
   t.match(await store.startRebuild('p'), { generation: 3 });
   t.same(db.collections(), ['items__g2', 'items__g3', 'tags__g1', 'tags__g2', 'tags__g3'], 'starting a rebuild drops no generation in use');
-  t.match(await store.finishRebuild('p'), { swapped: true, live: { generation: 3 } });
+  t.match(await store.finishRebuild('p', { generation: 3 }), { swapped: true, live: { generation: 3 } });
   t.same(db.collections(), ['items__g3', 'tags__g3'], 'the swap dropped the generation it replaced and the one left before');
 });
 
@@ -221,7 +236,7 @@ t.test('with a rebuild running in another process: the live generation, the slot
   Object.assign(db.checkpoint('p:live')!, { generation: 2 });
   await node.register('p', P);
   t.same(db.collections(), ['items__g2', 'items__g3', 'tags__g2', 'tags__g3'], 'the next registration drops the generation swapped out');
-  t.match(await another.finishRebuild('p'), { swapped: true, live: { generation: 3 } });
+  t.match(await another.finishRebuild('p', { generation: 3 }), { swapped: true, live: { generation: 3 } });
   t.same(db.collections(), ['items__g3', 'tags__g3']);
 });
 
@@ -259,14 +274,14 @@ t.test('a whole rebuild in another process between a start\'s reads and its clai
   // The stalled start read the empty slot and live generation 1; the other process claims 2, swaps it in and empties the slot.
   stallClaim(db, async () => {
     t.match(await other.startRebuild('p'), { generation: 2 });
-    t.match(await other.finishRebuild('p'), { swapped: true, live: { generation: 2 } });
+    t.match(await other.finishRebuild('p', { generation: 2 }), { swapped: true, live: { generation: 2 } });
   });
   t.match(await stalled.startRebuild('p'), { generation: 3 }, 'a generation above the live one');
   t.match(await stalled.checkpoint('p'), { generation: 2 });
   t.same(db.server.dropped, ['items__g1', 'tags__g1'], 'only the generation swapped out was dropped, not the live one');
   t.same(db.collections(), ['items__g2', 'items__g3', 'tags__g2', 'tags__g3']);
   t.match(db.checkpoint('p:rebuild'), { generation: 3 });
-  t.match(await stalled.finishRebuild('p'), { swapped: true, live: { generation: 3 } });
+  t.match(await stalled.finishRebuild('p', { generation: 3 }), { swapped: true, live: { generation: 3 } });
 });
 
 t.test('whole rebuilds in another process between a start\'s reads and its claim: no generation below the live one', async (t) => {
@@ -277,10 +292,83 @@ t.test('whole rebuilds in another process between a start\'s reads and its claim
   stallClaim(db, async () => {
     for (const generation of [2, 3]) {
       t.match(await other.startRebuild('p'), { generation });
-      t.match(await other.finishRebuild('p'), { swapped: true, live: { generation } });
+      t.match(await other.finishRebuild('p', { generation }), { swapped: true, live: { generation } });
     }
   });
   t.match(await stalled.startRebuild('p'), { generation: 4 }, 'a generation above the live one');
   t.same(db.collections(), ['items__g3', 'items__g4', 'tags__g3', 'tags__g4']);
-  t.match(await stalled.finishRebuild('p'), { swapped: true, live: { generation: 4 } }, 'its swap moves the live generation forward');
+  t.match(await stalled.finishRebuild('p', { generation: 4 }), { swapped: true, live: { generation: 4 } }, 'its swap moves the live generation forward');
+});
+
+t.test('finishRebuild of a generation another start superseded: nothing is swapped in, nothing dropped', async (t) => {
+  const db = await server(t, { collections: [], registry: REGISTRY });
+  const rebuilder = await db.connect();
+  const other = await db.connect();
+  await rebuilder.register('p', P);
+  t.match(await rebuilder.startRebuild('p'), { generation: 2 });
+  t.match(await other.startRebuild('p'), { generation: 3 }, 'another process supersedes it (both have caught up: position 0)');
+  const live = await rebuilder.checkpoint('p');
+  const dropped = [...db.server.dropped];
+  t.same(await rebuilder.finishRebuild('p', { generation: 2 }), { swapped: false, live, superseded: true });
+  t.same(await rebuilder.checkpoint('p'), live, 'the live checkpoint is untouched');
+  t.match(db.checkpoint('p:rebuild'), { position: 0, generation: 3 }, 'the other keeps the slot');
+  t.notOk(db.checkpoint('p:rebuild')!.swapping, 'not marked for a swap');
+  t.same(db.server.dropped, dropped, 'nothing dropped');
+  t.same(db.collections(), ['items__g1', 'items__g3', 'tags__g1', 'tags__g3']);
+  t.match(await other.finishRebuild('p', { generation: 3 }), { swapped: true, live: { generation: 3 } }, 'the other swaps its own in');
+  t.match(await rebuilder.finishRebuild('p', { generation: 2 }), { swapped: false, superseded: true, live: { generation: 3 } }, 'an empty slot: superseded too');
+});
+
+t.test('a start superseding the generation between finishRebuild\'s reads and its mark: the finish reads again and swaps nothing in', async (t) => {
+  const db = await server(t, { collections: [], registry: REGISTRY });
+  const rebuilder = await db.connect();
+  const other = await db.connect();
+  await rebuilder.register('p', P);
+  t.match(await rebuilder.startRebuild('p'), { generation: 2 });
+  // When the finish's mark of generation 2 reaches the server, another process's start takes the slot first.
+  let started = false;
+  db.server.before = (name, body) => {
+    if (name !== 'update' || body.update !== '_checkpoints' || !(body.updates as Document[])[0]!.u.$set?.swapping) return undefined;
+    db.server.before = undefined;
+    return other.startRebuild('p').then((cp) => { started = cp.generation === 3; });
+  };
+  const live = await rebuilder.checkpoint('p');
+  t.same(await rebuilder.finishRebuild('p', { generation: 2 }), { swapped: false, live, superseded: true });
+  t.ok(started, 'the other start (generation 3) came in between');
+  t.same(await rebuilder.checkpoint('p'), live, 'generation 3, which the slot holds now, is not swapped in');
+  t.notOk(db.checkpoint('p:rebuild')!.swapping, 'nor marked for a swap');
+  t.match(db.checkpoint('p:rebuild'), { generation: 3 });
+  t.same(db.collections(), ['items__g1', 'items__g3', 'tags__g1', 'tags__g3']);
+  t.match(await other.finishRebuild('p', { generation: 3 }), { swapped: true, live: { generation: 3 } });
+});
+
+t.test('recordPause: each host\'s record in a field of its own, side by side, kept through a swap', async (t) => {
+  const db = await server(t, { collections: ['items__g1', 'tags__g1'], checkpoints: [live('p', 1)], registry: REGISTRY });
+  const a = await db.connect();
+  const b = await db.connect();
+  const holderA = { host: 'node-a', pid: 101, id: 'a1' };
+  const holderB = { host: 'node-b', pid: 202, id: 'b2' };
+  const [t0, t1] = ['2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z'];
+  await a.recordPause('p', holderA, t1);
+  await b.recordPause('p', holderB, t0);
+  t.same(db.checkpoint('p:live')!.paused_by, { a1: { host: 'node-a', pid: 101, since: t1 }, b2: { host: 'node-b', pid: 202, since: t0 } }, 'stored by holder id');
+  const both = { paused_at: t0, paused_by: [{ ...holderB, since: t0 }, { ...holderA, since: t1 }] };
+  t.same(await a.checkpoint('p'), { projection: 'p', position: 10, generation: 1, updated_at: null, ...both }, 'earliest first; paused_at the earliest');
+  t.match(await b.listCheckpoints(), [{ projection: 'p', ...both }]);
+
+  t.match(await a.startRebuild('p'), { generation: 2 });
+  Object.assign(db.checkpoint('p:rebuild')!, { position: 10 });
+  t.match(await a.finishRebuild('p', { generation: 2 }), { swapped: true, live: { generation: 2, ...both } }, 'a swap keeps them');
+
+  await b.recordPause('p', holderB, null);
+  t.match(await a.checkpoint('p'), { generation: 2, paused_at: t1 });
+  t.same((await a.checkpoint('p')).paused_by, [{ ...holderA, since: t1 }], 'a host clears only its own');
+  await a.recordPause('p', holderA, null);
+  t.same(db.checkpoint('p:live')!.paused_by, {}, 'an empty field left');
+  const cleared = await a.checkpoint('p');
+  t.notOk('paused_at' in cleared || 'paused_by' in cleared, 'reads as none');
+  // A pause recorded by the version before holders: whose it is, is unknown; it is not read.
+  Object.assign(db.checkpoint('p:live')!, { paused_at: t0 });
+  t.notOk('paused_at' in (await a.checkpoint('p')));
+  await t.rejects(a.recordPause('p', { ...holderA, id: 'a.b' }, t1), /invalid pause holder id/, 'an id that is no field name is refused');
 });

@@ -5,8 +5,23 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
-import { InvalidCursorError, type CheckpointInfo, type Doc, type FindOptions, type ProjectionWriter, type ReadStore } from '../../infra/readstore/port.js';
+import type { MongoReadStore } from '../../infra/readstore/mongo.js';
+import { InvalidCursorError, type CheckpointInfo, type Doc, type FindOptions, type PauseHolder, type ProjectionWriter, type ReadStore } from '../../infra/readstore/port.js';
 import { putDocs, swapInThread, swapOn, type SwapSpec, type Swapper } from '../support/generation-swapper.js';
+
+/*
+ * Type checks (`npm test` runs tsc first): finishRebuild always takes the rebuild's own generation, in the port and in
+ * both adapters, so that no caller can swap in whatever generation the slot holds (another rebuild's, still being written).
+ */
+type FinishArgs<S extends Pick<ReadStore, 'finishRebuild'>> = Parameters<S['finishRebuild']>;
+// @ts-expect-error: no options
+const finishWithoutOptions: FinishArgs<ReadStore> = ['p'];
+// @ts-expect-error: options without the generation
+const finishWithoutGeneration: FinishArgs<ReadStore> = ['p', { stale: { position: 1, generation: 1 } }];
+// @ts-expect-error: the embedded adapter's own signature
+const embeddedWithoutGeneration: FinishArgs<EmbeddedReadStore> = ['p', {}];
+// @ts-expect-error: the MongoDB adapter's own signature
+const mongoWithoutGeneration: FinishArgs<MongoReadStore> = ['p', {}];
 
 /** What the contract needs to know about one adapter under test. */
 interface Subject {
@@ -238,7 +253,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.equal(await store.applyBatch('alpha', { position: 0, generation: 2 }, live.position - 1, async (w) => {
       await w.put('agents', { id: 'a1', name: 'Rebuilt early' }, live.position - 1);
     }, { rebuild: true }), true, 'a rebuild batch');
-    t.match(await store.finishRebuild('alpha'), { swapped: false, live: { position: live.position, generation: 1 } },
+    t.match(await store.finishRebuild('alpha', { generation: started.generation }), { swapped: false, live: { position: live.position, generation: 1 } },
       'not swapped in before it has reached the live checkpoint');
     t.match(await store.get('agents', 'a1'), { name: 'Back' }, 'nothing changed');
     t.equal(await store.applyBatch('alpha', { position: live.position - 1, generation: 2 }, top, async (w) => {
@@ -254,7 +269,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
       true, 'the live projection keeps running meanwhile');
     t.match(await store.rebuildCheckpoint('alpha'), { position: top, generation: 2 });
 
-    const { swapped, live: finished } = await store.finishRebuild('alpha');
+    const { swapped, live: finished } = await store.finishRebuild('alpha', { generation: started.generation });
     t.equal(swapped, true);
     t.match(finished, { projection: 'alpha', position: top, generation: 2 });
     t.same(await store.checkpoint('alpha'), finished, 'the live checkpoint is the rebuilt one');
@@ -270,18 +285,21 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     }), true, 'the runner continues from the rebuilt checkpoint');
     t.match(await store.get('agents', 'a1'), { name: 'After' });
 
-    await t.rejects(store.finishRebuild('alpha'), /no rebuild in progress/);
+    t.same(await store.finishRebuild('alpha', { generation: started.generation }), { swapped: false, live: await store.checkpoint('alpha'), superseded: true },
+      'finishing it again: superseded (its slot is empty), nothing changes');
+    await t.rejects(store.finishRebuild('nobody', { generation: 2 }), /no rebuild in progress/);
     await t.rejects(store.startRebuild('nobody'), /unknown projection/);
     t.match(await store.startRebuild('alpha'), { generation: 3 });
     t.match(await store.startRebuild('alpha'), { position: 0, generation: 4 }, 'starting again abandons the previous attempt');
     t.same(await subject.physical(), ['agents@2', 'agents@4', 'docs@2', 'docs@4', 'others@1'], 'whose tables are dropped');
+    t.match(await store.finishRebuild('alpha', { generation: 3 }), { swapped: false, superseded: true, live: { generation: 2 } }, 'and which is not swapped in');
     // The live runner is at top + 1: a rebuild that has not reached it is not swapped in (readers told
     // that it was applied would miss it), and nothing changes until it has.
-    t.match(await store.finishRebuild('alpha'), { swapped: false, live: { position: top + 1, generation: 2 } });
+    t.match(await store.finishRebuild('alpha', { generation: 4 }), { swapped: false, live: { position: top + 1, generation: 2 } });
     t.match(await store.rebuildCheckpoint('alpha'), { position: 0, generation: 4 });
     t.match(await store.get('agents', 'a1'), { name: 'After' });
     t.equal(await store.applyBatch('alpha', { position: 0, generation: 4 }, top + 1, async () => {}, { rebuild: true }), true);
-    t.match(await store.finishRebuild('alpha'), { swapped: true, live: { position: top + 1, generation: 4 } });
+    t.match(await store.finishRebuild('alpha', { generation: 4 }), { swapped: true, live: { position: top + 1, generation: 4 } });
     t.same(await subject.physical(), ['agents@4', 'docs@4', 'others@1']);
   });
 
@@ -329,30 +347,50 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.notOk('failure' in rebuild, 'a rebuild starts without one');
     t.equal(await store.applyBatch('gamma', rebuild, 6, async () => {}, { rebuild: true }), true);
     t.notOk('failure' in (await store.rebuildCheckpoint('gamma'))!, 'the rebuild slot never has one');
-    t.match(await store.finishRebuild('gamma'), { swapped: true, live: { position: 6, generation: 2 } });
+    t.match(await store.finishRebuild('gamma', { generation: rebuild.generation }), { swapped: true, live: { position: 6, generation: 2 } });
     t.notOk('failure' in (await store.checkpoint('gamma')), 'the swapped-in generation starts without the old one\'s failure');
   });
 
-  await t.test('recordPause: beside the live checkpoint until cleared, kept through a rebuild swapped in', async (t) => {
+  await t.test('recordPause: each holder\'s record beside the live checkpoint until it clears it, kept through a rebuild swapped in', async (t) => {
+    const other = await subject.another();
+    t.teardown(() => other.close());
     await store.register('delta', [{ name: 'delta_docs' }]);
     t.equal(await apply('delta', 5, async (w) => { await w.put('delta_docs', { id: 'd1' }, 5); }), true);
     const before = await store.checkpoint('delta');
-    t.notOk('paused_at' in before, 'none until one is recorded');
-    const pausedAt = '2026-01-01T00:00:00.000Z';
-    await store.recordPause('delta', pausedAt);
-    t.same(await store.checkpoint('delta'), { ...before, paused_at: pausedAt }, 'position, generation and updated_at unchanged');
-    t.same((await store.listCheckpoints()).find((c) => c.projection === 'delta'), { ...before, paused_at: pausedAt }, 'listed with it');
+    t.notOk('paused_at' in before || 'paused_by' in before, 'none until one is recorded');
+    const a: PauseHolder = { host: 'node-a', pid: 101, id: 'a1' };
+    const b: PauseHolder = { host: 'node-b', pid: 202, id: 'b2' };
+    const [t0, t1, t2] = ['2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:02.000Z'];
+    await store.recordPause('delta', a, t1);
+    const onlyA = { ...before, paused_at: t1, paused_by: [{ ...a, since: t1 }] };
+    t.same(await store.checkpoint('delta'), onlyA, 'position, generation and updated_at unchanged');
+    t.same((await store.listCheckpoints()).find((c) => c.projection === 'delta'), onlyA, 'listed with it');
+    await other.recordPause('delta', b, t0);
+    t.same(await store.checkpoint('delta'), { ...before, paused_at: t0, paused_by: [{ ...b, since: t0 }, { ...a, since: t1 }] },
+      'another holder (another process) records its own beside it: earliest first, `paused_at` the earliest');
+    await store.recordPause('delta', a, t2);
+    t.same((await store.checkpoint('delta')).paused_by, [{ ...b, since: t0 }, { ...a, since: t2 }], 'a holder\'s next record replaces its own');
     t.equal(await apply('delta', 6, async () => {}), true, 'batches commit as before');
-    t.match(await store.checkpoint('delta'), { position: 6, paused_at: pausedAt }, 'a commit leaves it');
+    t.match(await store.checkpoint('delta'), { position: 6, paused_at: t0, paused_by: [{ id: 'b2' }, { id: 'a1' }] }, 'a commit leaves them');
     const rebuild = await store.startRebuild('delta');
-    t.notOk('paused_at' in rebuild, 'the rebuild slot never has one');
+    t.notOk('paused_at' in rebuild || 'paused_by' in rebuild, 'the rebuild slot never has one');
     t.equal(await store.applyBatch('delta', rebuild, 6, async () => {}, { rebuild: true }), true);
-    t.match(await store.finishRebuild('delta', { generation: rebuild.generation }), { swapped: true, live: { generation: rebuild.generation, paused_at: pausedAt } },
-      'a rebuild swapped in keeps it: the runner is still paused');
-    await store.recordPause('delta', null);
-    t.notOk('paused_at' in (await store.checkpoint('delta')), 'cleared');
-    await store.recordPause('delta', null);
-    t.notOk('paused_at' in (await store.listCheckpoints()).find((c) => c.projection === 'delta')!, 'clearing twice is harmless');
+    t.match(await store.finishRebuild('delta', { generation: rebuild.generation }),
+      { swapped: true, live: { generation: rebuild.generation, paused_at: t0, paused_by: [{ id: 'b2' }, { id: 'a1' }] } },
+      'a rebuild swapped in keeps them: the runners are still paused');
+    await other.recordPause('delta', b, null);
+    t.match(await store.checkpoint('delta'), { paused_at: t2 });
+    t.same((await store.checkpoint('delta')).paused_by, [{ ...a, since: t2 }], 'clearing one holder\'s record leaves the other\'s');
+    await Promise.all([store.recordPause('delta', b, t1), other.recordPause('delta', { ...a, id: 'a3' }, t1)]);
+    t.same((await store.checkpoint('delta')).paused_by?.map((r) => r.id), ['a3', 'b2', 'a1'], 'records written at once by two connections are all kept');
+    for (const holder of [a, b, { ...a, id: 'a3' }]) await store.recordPause('delta', holder, null);
+    const cleared = await store.checkpoint('delta');
+    t.notOk('paused_at' in cleared || 'paused_by' in cleared, 'cleared');
+    await store.recordPause('delta', a, null);
+    const listed = (await store.listCheckpoints()).find((c) => c.projection === 'delta')!;
+    t.notOk('paused_at' in listed || 'paused_by' in listed, 'clearing twice is harmless');
+    await t.rejects(store.recordPause('delta', { ...a, id: 'a.b' }, t1), /invalid pause holder id/, 'an id that is no field name is refused');
+    t.same(await store.checkpoint('delta'), cleared);
   });
 
   await t.test('finishRebuild with the rebuild\'s generation: refused (superseded) once another start holds the slot, nothing changes', async (t) => {
@@ -403,7 +441,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
         true, 'a batch of the later one is applied');
       t.same(await racingTables(), [`racing_docs@${live.generation}`, `racing_docs@${second.generation}`].sort(), 'and nothing came back');
     }
-    t.match(await store.finishRebuild('racing'), { swapped: true, live: { position: 3, generation: later!.generation } });
+    t.match(await store.finishRebuild('racing', { generation: later!.generation }), { swapped: true, live: { position: 3, generation: later!.generation } });
     t.match(await store.get('racing_docs', 'r1'), { v: 'rebuilt' }, 'the later one is swapped in');
     t.same(await racingTables(), [`racing_docs@${later!.generation}`]);
   });
@@ -416,7 +454,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.equal(await store.applyBatch('racing', rebuild, before.position, async (w) => {
       await w.put('racing_docs', { id: 'r1', v: 'finished' }, before.position);
     }, { rebuild: true }), true);
-    const [finished, started] = await Promise.all([store.finishRebuild('racing'), other.startRebuild('racing')]);
+    const [finished, started] = await Promise.all([store.finishRebuild('racing', { generation: rebuild.generation }), other.startRebuild('racing')]);
     const live = await store.checkpoint('racing');
     t.equal(live.generation, finished.swapped ? rebuild.generation : before.generation, `swapped: ${finished.swapped}; live is the generation that says`);
     t.match(await store.get('racing_docs', 'r1'), { v: finished.swapped ? 'finished' : 'rebuilt' }, 'and its documents are there');
@@ -472,13 +510,14 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.equal(await store.applyBatch('restored', rebuild, 3, async (w) => {
       await w.put('restored_docs', { id: 'd1', v: 'from this log' }, 3);
     }, { rebuild: true }), true);
-    t.match(await store.finishRebuild('restored'), { swapped: false, live: { position: 40 } }, 'without it: behind the live checkpoint, not swapped');
-    t.match(await store.finishRebuild('restored', { stale: { position: 39, generation: live.generation } }), { swapped: false },
+    const { generation } = rebuild;
+    t.match(await store.finishRebuild('restored', { generation }), { swapped: false, live: { position: 40 } }, 'without it: behind the live checkpoint, not swapped');
+    t.match(await store.finishRebuild('restored', { generation, stale: { position: 39, generation: live.generation } }), { swapped: false },
       'not when the live checkpoint is at another position (a runner moved it: it was not stale)');
-    t.match(await store.finishRebuild('restored', { stale: { position: 40, generation: live.generation + 1 } }), { swapped: false },
+    t.match(await store.finishRebuild('restored', { generation, stale: { position: 40, generation: live.generation + 1 } }), { swapped: false },
       'nor of another generation');
     t.match(await store.get('restored_docs', 'd1'), { v: 'from a longer log' }, 'nothing changed meanwhile');
-    t.match(await store.finishRebuild('restored', { stale: { position: 40, generation: live.generation } }),
+    t.match(await store.finishRebuild('restored', { generation, stale: { position: 40, generation: live.generation } }),
       { swapped: true, live: { position: 3, generation: rebuild.generation } });
     t.match(await store.get('restored_docs', 'd1'), { v: 'from this log' }, 'queries read the rebuilt generation');
     t.equal(await store.rebuildCheckpoint('restored'), undefined);
@@ -540,8 +579,24 @@ t.test('embedded: a file from before failures and pauses were recorded gets the 
   const failure = { message: 'boom', since: '2026-01-01T00:00:01.000Z', count: 1, last_at: '2026-01-01T00:00:01.000Z' };
   await a.recordFailure('old', failure);
   t.same((await b.checkpoint('old')).failure, failure, 'seen by the other connection');
-  await a.recordPause('old', '2026-01-01T00:00:02.000Z');
-  t.equal((await b.checkpoint('old')).paused_at, '2026-01-01T00:00:02.000Z');
+  const holder = { host: 'node-a', pid: 101, id: 'a1' };
+  await a.recordPause('old', holder, '2026-01-01T00:00:02.000Z');
+  t.same((await b.checkpoint('old')).paused_by, [{ ...holder, since: '2026-01-01T00:00:02.000Z' }]);
+});
+
+t.test('embedded: a pause recorded without its holder (a file of the version before holders) is not read', async (t) => {
+  const file = join(tempDir(t), 'readmodels.db');
+  const old = new Database(file);
+  old.exec(`CREATE TABLE rm_checkpoints (projection TEXT NOT NULL, slot TEXT NOT NULL CHECK (slot IN ('live', 'rebuild')),
+    position INTEGER NOT NULL, generation INTEGER NOT NULL, updated_at TEXT, failure TEXT, paused_at TEXT, PRIMARY KEY (projection, slot)) WITHOUT ROWID;
+    INSERT INTO rm_checkpoints VALUES ('old', 'live', 7, 1, NULL, NULL, '2026-01-01T00:00:00.000Z');`);
+  old.close();
+  const store = new EmbeddedReadStore(file, { checkpointer: false });
+  t.teardown(() => store.close());
+  // Whose it was is unknown: that version's next server to start cleared it, as this one does by not reading it.
+  t.same(await store.listCheckpoints(), [{ projection: 'old', position: 7, generation: 1, updated_at: null }]);
+  await store.recordPause('old', { host: 'node-a', pid: 101, id: 'a1' }, '2026-01-01T00:00:01.000Z');
+  t.match(await store.checkpoint('old'), { paused_at: '2026-01-01T00:00:01.000Z', paused_by: [{ id: 'a1' }] });
 });
 
 const mongodbUrl = process.env.MONGODB_URL;

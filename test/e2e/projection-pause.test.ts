@@ -1,8 +1,11 @@
 import t, { type Test } from 'tap';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { hostname, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { configDocId } from '../../projections/config/projection.js';
@@ -92,8 +95,8 @@ t.test('stopping the server does not wait for a paused projection and clears its
     const reads = new EmbeddedReadStore(join(dataDir, 'readmodels.db'), { checkpointer: false });
     t.notOk('paused_at' in (await reads.checkpoint('project-config')), 'a stopped server holds nothing paused');
     t.ok((await reads.checkpoint('project-config')).position < position, 'and the paused projection applied nothing meanwhile');
-    // What a server killed while it held the projection paused leaves behind.
-    await reads.recordPause('project-config', '2026-01-01T00:00:00.000Z');
+    // What a server of this machine killed while it held the projection paused leaves behind.
+    await reads.recordPause('project-config', { host: hostname(), pid: exitedPid(), id: 'killed' }, '2026-01-01T00:00:00.000Z');
     await reads.close();
     const next = await startTestCairn(env, { dataDir });
     t.notOk('paused_at' in (await next.reads.checkpoint('project-config')), 'cleared by the next server to start');
@@ -103,6 +106,77 @@ t.test('stopping the server does not wait for a paused projection and clears its
     await next.stop();
   }
 });
+
+t.test('two servers on one DATA_DIR: each clears only its own pause records, and ops names who holds a pause', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-pause-two-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  // One in each mode: the host's records are the same in both.
+  const a = await startTestCairn({}, { dataDir });
+  let running = true;
+  t.teardown(() => (running ? a.stop() : undefined));
+  const holders = async () => (await a.reads.checkpoint('project-config')).paused_by ?? [];
+  await a.projections.pause('project-config');
+  const [held] = await holders();
+  t.match(held, { host: hostname(), pid: process.pid, id: String, since: a.projections.health().projections.find((p) => p.projection === 'project-config')!.paused_at });
+
+  const b = await startTestCairn({ PROJECTIONS_THREAD: 'false' }, { dataDir });
+  t.same(await holders(), [held], 'a server starting on the same DATA_DIR keeps the record of a server that runs');
+  await b.projections.pause('project-config');
+  const both = await holders();
+  t.equal(both.length, 2, 'each holds a record of its own');
+  t.ok(both.some((r) => r.id === held!.id));
+  await b.projections.resume('project-config');
+  t.same(await holders(), [held], 'resuming clears only its own');
+  await b.projections.pause('project-config');
+  await b.stop();
+  t.same(await holders(), [held], 'and so does stopping');
+
+  // The operator CLI (another process) says who holds it.
+  const json = await opsStatus(dataDir, true);
+  t.equal(json.code, 3, `exit code 3: paused ${json.stderr}`);
+  t.match(JSON.parse(json.stdout).find((r: { projection: string }) => r.projection === 'project-config'), { paused_at: held!.since, paused_by: [held] });
+  const table = await opsStatus(dataDir, false);
+  t.match(table.stdout.split('\n').find((l) => l.startsWith('project-config')), `since ${held!.since} by ${hostname()}:${process.pid}`);
+
+  // Left behind: by a server of this machine whose process has exited, and by one on another machine (which may run).
+  const since = '2026-01-01T00:00:00.000Z';
+  await a.reads.recordPause('project-config', { host: hostname(), pid: exitedPid(), id: 'exited' }, since);
+  await a.reads.recordPause('project-config', { host: 'cairn-elsewhere.example', pid: process.pid, id: 'elsewhere' }, since);
+  const c = await startTestCairn({}, { dataDir });
+  t.same((await holders()).map((r) => r.id).sort(), ['elsewhere', held!.id].sort(),
+    'a server starting clears the record of an exited process of its machine, not those of a running one or of another machine');
+  await c.stop();
+  await a.stop();
+  running = false;
+  const reads = new EmbeddedReadStore(join(dataDir, 'readmodels.db'), { checkpointer: false });
+  t.teardown(() => reads.close());
+  t.match((await reads.checkpoint('project-config')).paused_by, [{ host: 'cairn-elsewhere.example', id: 'elsewhere' }], 'the other machine\'s stays');
+  t.equal((await reads.checkpoint('project-config')).paused_by?.length, 1);
+  const kept = await opsStatus(dataDir, false);
+  t.equal(kept.code, 3);
+  t.match(kept.stdout.split('\n').find((l) => l.startsWith('project-config')), `since ${since} by cairn-elsewhere.example:${process.pid}`, 'named by ops');
+});
+
+/** The id of a process that has exited (not reused this soon). */
+function exitedPid(): number {
+  return spawnSync(process.execPath, ['-e', '']).pid!;
+}
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+async function opsStatus(dataDir: string, json: boolean): Promise<{ code: number; stdout: string; stderr: string }> {
+  const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
+  delete env.EVENTSTORE_URL;
+  delete env.MONGODB_URL;
+  const child = spawn(process.execPath, ['--import', 'tsx', 'ops/cli.ts', 'projections', 'status', ...(json ? ['--json'] : [])],
+    { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+  const [code] = await once(child, 'close') as [number];
+  return { code, stdout, stderr };
+}
 
 t.test('a stopped host refuses to pause or resume', async (t) => {
   for (const PROJECTIONS_THREAD of ['true', 'false']) {

@@ -32,13 +32,13 @@ t.test('a rebuild is swapped in only once it has every event the live runner app
   const racing = new Proxy(reads, {
     get(target, property, receiver) {
       if (property !== 'finishRebuild') return Reflect.get(target, property, receiver);
-      return async (name: string) => {
+      return async (...args: Parameters<ReadStore['finishRebuild']>) => {
         if (late === undefined) {
           at = await events.append(configStream('p'), [setValue('late', 3)], at.revision);
           late = at.position;
           await live.waitFor(late, 5000);
         }
-        return target.finishRebuild(name);
+        return target.finishRebuild(...args);
       };
     },
   }) as ReadStore;

@@ -30,7 +30,7 @@ export async function swapGenerations(store: ReadStore, spec: SwapSpec, stopped:
   while (!stopped()) {
     const start = await store.startRebuild(spec.projection);
     await store.applyBatch(spec.projection, start, spec.docs, (w) => putDocs(w, spec), { rebuild: true });
-    if ((await store.finishRebuild(spec.projection)).swapped) swaps++;
+    if ((await store.finishRebuild(spec.projection, { generation: start.generation })).swapped) swaps++;
     // Lets the stop message in (in a worker) or other work of this thread run (with an async adapter).
     await new Promise((resolve) => setImmediate(resolve));
   }
