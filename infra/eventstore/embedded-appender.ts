@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { DuplicateEventIdError, StorageFullError, WrongExpectedVersionError } from './errors.js';
-import type { AppendResult, ExpectedRevision, NewEvent } from './port.js';
+import type { AppendResult, ExpectedRevision } from './port.js';
 
 export const SCHEMA = `
 CREATE TABLE IF NOT EXISTS events (
@@ -26,9 +26,17 @@ CREATE TABLE IF NOT EXISTS streams (
 ) WITHOUT ROWID;
 `;
 
+/** An event as it crosses to the writer thread: its data and metadata already the JSON text the log stores. */
+export interface SerialisedEvent {
+  id: string;
+  type: string;
+  data: string;
+  metadata: string;
+}
+
 export interface AppendRequest {
   stream: string;
-  events: NewEvent[];
+  events: SerialisedEvent[];
   expected: ExpectedRevision;
   /** See StreamAppend.expectedLastEventId. */
   expectedLastEventId?: string;
@@ -161,14 +169,14 @@ export class Appender {
     for (const e of events) {
       revision += 1;
       position += 1;
-      this.stmt.insert.run(position, e.id, stream, revision, e.type, JSON.stringify(e.data), JSON.stringify(e.metadata), now);
+      this.stmt.insert.run(position, e.id, stream, revision, e.type, e.data, e.metadata, now);
     }
     this.stmt.upsertStream.run(stream, revision, events.length, head + 1, position, now, now);
     return { revision, position };
   }
 
   /** The same event ids were appended before (a retried append): answer as the first time, write nothing. */
-  private idempotentResult(stream: string, events: NewEvent[], first: { stream: string; revision: number; position: number }): AppendResult {
+  private idempotentResult(stream: string, events: SerialisedEvent[], first: { stream: string; revision: number; position: number }): AppendResult {
     let last = first;
     for (let i = 0; i < events.length; i++) {
       const found = i === 0 ? first : this.stmt.findById.get(events[i]!.id);

@@ -4,9 +4,9 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { BroadcastChannel, type Worker } from 'node:worker_threads';
 import { startWorker } from '../threads.js';
-import { openWritable, reviveError, type AppendOutcome, type AppendRequest } from './embedded-appender.js';
+import { openWritable, reviveError, type AppendOutcome, type AppendRequest, type SerialisedEvent } from './embedded-appender.js';
 import { appendChannelName } from './embedded-channel.js';
-import { matchesFilter } from './port.js';
+import { matchesFilter, readLimit } from './port.js';
 import type {
   AppendResult, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
 } from './port.js';
@@ -107,7 +107,15 @@ export class EmbeddedEventStore implements EventStore {
     if (this.writerThread) return this.writerThread;
     const writer = startWorker(import.meta.url, './embedded-writer', { file: this.file });
     writer.on('message', (message: { id: number; outcomes: AppendOutcome[]; head: number; recorded_at: string }) => this.settle(message));
-    writer.on('error', (error) => this.failAll(error));
+    // A writer that died (it could not open the file, ran out of memory) fails what it was sent; the next append
+    // starts another, rather than posting to a dead thread and waiting for ever.
+    const died = (error: unknown) => {
+      if (this.writerThread !== writer) return;
+      this.writerThread = undefined;
+      this.failAll(error);
+    };
+    writer.on('error', died);
+    writer.on('exit', (code) => died(new Error(`the event log's writer thread exited (code ${code})`)));
     writer.unref();
     this.writerThread = writer;
     // From now on this object's own appends feed its tail (see remember).
@@ -120,13 +128,13 @@ export class EmbeddedEventStore implements EventStore {
   readonly verifiesLastEventId = true;
 
   async append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
-    return (await this.enqueue({ stream, events, expected }))[0]!;
+    return (await this.enqueue({ stream, events: serialise(events), expected }))[0]!;
   }
 
   /** All the appends in one transaction: every stream's expected revision holds and all are written, or none is. */
   async appendAll(appends: StreamAppend[]): Promise<AppendResult[]> {
     if (appends.length === 0) return [];
-    const [first, ...rest] = appends;
+    const [first, ...rest] = appends.map((part) => ({ ...part, events: serialise(part.events) }));
     return this.enqueue({ ...first!, with: rest.length > 0 ? rest : undefined });
   }
 
@@ -191,7 +199,7 @@ export class EmbeddedEventStore implements EventStore {
     events.forEach((e, i) => {
       this.tail.push({
         id: e.id, stream, revision: result.revision - events.length + 1 + i, position: first + i,
-        type: e.type, data: e.data as Record<string, unknown>, metadata: e.metadata, recorded_at: recordedAt,
+        type: e.type, data: JSON.parse(e.data), metadata: JSON.parse(e.metadata), recorded_at: recordedAt,
       });
     });
     if (this.tail.length > 2 * TAIL_SIZE) this.tail = this.tail.slice(-TAIL_SIZE);
@@ -214,11 +222,11 @@ export class EmbeddedEventStore implements EventStore {
   }
 
   async readStream(stream: string, options: { fromRevision?: number; limit?: number } = {}): Promise<RecordedEvent[]> {
-    return this.stmt.readStream.all(stream, options.fromRevision ?? 0, options.limit ?? -1).map(toRecorded);
+    return this.stmt.readStream.all(stream, options.fromRevision ?? 0, options.limit === undefined ? -1 : readLimit(options.limit)).map(toRecorded);
   }
 
   async readAll(fromPosition: number, options: { limit?: number; filter?: SubscriptionFilter } = {}): Promise<RecordedEvent[]> {
-    const limit = options.limit ?? 1000;
+    const limit = readLimit(options.limit ?? 1000);
     const filter = options.filter;
     if (!hasFilter(filter)) {
       return this.fromTail(fromPosition, limit) ?? this.stmt.readAll.all(fromPosition, limit).map(toRecorded);
@@ -325,6 +333,9 @@ export class EmbeddedEventStore implements EventStore {
     const ingest = () => {
       timer = undefined;
       if (this.closed || this.writerThread) return;
+      // Other processes' commits are not announced: after many of them, read only what the tail keeps (the
+      // subscriptions behind it read the log), not every event since the last announcement, parsed and dropped.
+      known = Math.max(known, announced - TAIL_SIZE);
       for (;;) {
         const rows = this.stmt.readNewest.all(known, 4096);
         if (rows.length === 0) break;
@@ -383,6 +394,7 @@ export class EmbeddedEventStore implements EventStore {
       await new Promise<void>((resolve) => {
         writer.ref();
         writer.once('message', () => resolve());
+        writer.once('exit', () => resolve());
         writer.postMessage({ close: true });
       });
       await writer.terminate();
@@ -391,6 +403,16 @@ export class EmbeddedEventStore implements EventStore {
     if (this.scan !== this.db) this.scan.close();
     this.db.close();
   }
+}
+
+/**
+ * Events as the log stores them, taken when append is called: data that is not JSON (a bigint, a cycle) is refused
+ * at once; the writer thread is sent only strings (a value that cannot be posted to it, such as a function, threw in
+ * the middle of a group commit, and the appends beside it never settled); and the tail serves subscribers what the
+ * log holds (JSON's Date strings, no undefined), not the caller's objects, which it may change afterwards.
+ */
+function serialise(events: NewEvent[]): SerialisedEvent[] {
+  return events.map(({ id, type, data, metadata }) => ({ id, type, data: JSON.stringify(data), metadata: JSON.stringify(metadata) }));
 }
 
 function hasFilter(filter: SubscriptionFilter | undefined): filter is SubscriptionFilter {

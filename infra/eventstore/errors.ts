@@ -30,8 +30,9 @@ export class StorageFullError extends Error {
 
 /**
  * EventStoreDB did not answer in time (EVENTSTORE_TIMEOUT_MS: a network partition, a server that hangs, a leader
- * election that does not end), or answered that its write timed out. For an append the outcome is unknown: it may
- * have been written, or may be still. Maps to 503 event-store-unavailable.
+ * election that does not end), answered that its write timed out, or could not be reached (`unreachable`: the
+ * connection refused or lost, the node no longer the leader). For an append the outcome is unknown: it may have been
+ * written, or may be still. Maps to 503 event-store-unavailable.
  */
 export class EventStoreTimeoutError extends Error {
   override readonly name = 'EventStoreTimeoutError';
@@ -40,9 +41,12 @@ export class EventStoreTimeoutError extends Error {
     readonly operation: keyof EventStore,
     readonly stream: string | undefined,
     readonly timeoutMs: number,
-    options?: ErrorOptions,
+    options?: ErrorOptions & { unreachable?: boolean },
   ) {
-    super(`the event store did not answer ${operation}${stream === undefined ? '' : ` of ${stream}`} in time (${timeoutMs} ms)`
+    const of = `${operation}${stream === undefined ? '' : ` of ${stream}`}`;
+    // Unreachable: the client's reason (the address refused, the leader it names) for the logs and operators.
+    const reason = options?.cause instanceof Error ? ` (${options.cause.message.trim()})` : '';
+    super((options?.unreachable ? `the event store could not be reached for ${of}${reason}` : `the event store did not answer ${of} in time (${timeoutMs} ms)`)
       + (operation === 'append' ? ': whether the events were written is unknown' : ''), options);
   }
 }

@@ -1,13 +1,13 @@
 import {
   ANY, BACKWARDS, END, ErrorType, EventStoreDBClient, FORWARDS, NO_STREAM, START, STREAM_EXISTS,
-  eventTypeFilter, excludeSystemEvents, isCommandError, jsonEvent, streamNameFilter,
+  convertToCommandError, eventTypeFilter, excludeSystemEvents, isCommandError, jsonEvent, streamNameFilter,
 } from '@eventstore/db-client';
 import type {
   AllStreamRecordedEvent, AllStreamResolvedEvent, AllStreamSubscription, AppendExpectedRevision, Filter, JSONType, Position,
   RecordedEvent as EsdbRecordedEvent, ReadPosition, StreamingRead,
 } from '@eventstore/db-client';
 import { DuplicateEventIdError, EventStoreTimeoutError, WrongExpectedVersionError } from './errors.js';
-import { matchesFilter } from './port.js';
+import { matchesFilter, readLimit } from './port.js';
 import type {
   AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
 } from './port.js';
@@ -78,6 +78,15 @@ function isErrorOfType(error: unknown, type: ErrorType): boolean {
 }
 
 /**
+ * The server could not be reached, or is no longer the leader (a restart, a partition, an election): like a silence, a
+ * 503 to retry, not an internal error. (The client leaves gRPC's UNAVAILABLE of its server-features call unconverted.)
+ */
+function isUnreachable(error: unknown): boolean {
+  const converted = error instanceof Error ? convertToCommandError(error) : error;
+  return isErrorOfType(converted, ErrorType.UNAVAILABLE) || isErrorOfType(converted, ErrorType.NOT_LEADER);
+}
+
+/**
  * The event store on EventStoreDB / KurrentDB (gRPC client). Needs a user allowed to read $all
  * (an admin by default) and server 22.6 or later, which reports positions on stream reads.
  *
@@ -130,10 +139,12 @@ export class EsdbEventStore implements EventStore {
       if (ids.has(e.id)) throw new DuplicateEventIdError(e.id, stream);
       ids.add(e.id);
     }
-    // The client serialises inside an async Promise executor: a JSON.stringify that throws there (a
-    // bigint, a cycle) is an unhandled rejection and the append never settles. Refuse such data here.
-    for (const e of events) JSON.stringify([e.data, e.metadata]);
-    return this.answerInTime(stream, this.write(stream, events, expected));
+    // The client serialises inside an async Promise executor, after awaiting the server's features: a JSON.stringify
+    // that throws there (a bigint, a cycle) is an unhandled rejection and the append never settles, and data the caller
+    // changes after the call would be written as changed. Take the events' JSON now (refusing what is not JSON), as the
+    // embedded store does.
+    const recorded = events.map((e): NewEvent => ({ ...e, data: JSON.parse(JSON.stringify(e.data)), metadata: JSON.parse(JSON.stringify(e.metadata)) }));
+    return this.answerInTime(stream, this.write(stream, recorded, expected));
   }
 
   private async write(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
@@ -161,8 +172,13 @@ export class EsdbEventStore implements EventStore {
         const actual = (error as { actualVersion?: bigint | string }).actualVersion;
         throw new WrongExpectedVersionError(stream, expected, typeof actual === 'bigint' ? Number(actual) : 'no_stream');
       }
-      // The server's own timeout (a commit or forward timeout, as in a leader election): the write's outcome is unknown.
-      if (isErrorOfType(error, ErrorType.DEADLINE_EXCEEDED)) throw new EventStoreTimeoutError('append', stream, this.timeoutMs, { cause: error });
+      // The server's own timeout (a commit, prepare or forward timeout, as in a leader election): the write's outcome is
+      // unknown. A batch append answers it with a Timeout status (the client's DeadlineExceededError, as a gRPC deadline),
+      // a unary append with ABORTED "Operation timed out" (the client's TimeoutError).
+      if (isErrorOfType(error, ErrorType.DEADLINE_EXCEEDED) || isErrorOfType(error, ErrorType.TIMEOUT)) {
+        throw new EventStoreTimeoutError('append', stream, this.timeoutMs, { cause: error });
+      }
+      if (isUnreachable(error)) throw new EventStoreTimeoutError('append', stream, this.timeoutMs, { cause: error, unreachable: true });
       throw error;
     }
   }
@@ -186,7 +202,10 @@ export class EsdbEventStore implements EventStore {
    */
   private bound(operation: EventStoreTimeoutError['operation'], stream?: string, timeoutMs?: number): ReadBound {
     if (timeoutMs !== undefined) return { signal: AbortSignal.timeout(timeoutMs) };
-    return { silenceMs: this.timeoutMs, error: () => new EventStoreTimeoutError(operation, stream, this.timeoutMs) };
+    return {
+      silenceMs: this.timeoutMs,
+      error: (unreachable) => new EventStoreTimeoutError(operation, stream, this.timeoutMs, unreachable && { cause: unreachable, unreachable: true }),
+    };
   }
 
   private async checkOnly(stream: string, expected: ExpectedRevision): Promise<AppendResult> {
@@ -208,11 +227,12 @@ export class EsdbEventStore implements EventStore {
 
   async readStream(stream: string, options: { fromRevision?: number; limit?: number } = {}): Promise<RecordedEvent[]> {
     const from = options.fromRevision ?? 0;
-    if (options.limit === 0) return [];
+    const limit = options.limit === undefined ? undefined : readLimit(options.limit);
+    if (limit === 0) return [];
     const read = await drainStream(this.track(this.client.readStream(stream, {
       fromRevision: from > 0 ? BigInt(from) : START,
       direction: FORWARDS,
-      ...(options.limit !== undefined && options.limit > 0 ? { maxCount: options.limit } : {}),
+      ...(limit !== undefined ? { maxCount: limit } : {}),
     })), this.bound('readStream', stream));
     return read.flatMap((resolved) => (resolved.event ? [toRecorded(resolved.event, false)] : []));
   }
@@ -228,7 +248,7 @@ export class EsdbEventStore implements EventStore {
 
   /** readAll, its reads bounded by `bound`. */
   private async readAllUntil(fromPosition: number, options: { limit?: number; filter?: SubscriptionFilter }, bound: ReadBound): Promise<RecordedEvent[]> {
-    const limit = options.limit ?? 1000;
+    const limit = readLimit(options.limit ?? 1000);
     const found: RecordedEvent[] = [];
     let after = fromPosition;
     while (found.length < limit) {
@@ -456,7 +476,7 @@ function serverFilter(filter?: SubscriptionFilter): Filter {
  * for `silenceMs`, failing with `error()`. Silence rather than a bound on the whole read: a long read (a projection's
  * filtered catch-up through a large log, listStreams without $streams) may take longer while the server answers all along.
  */
-type ReadBound = { signal: AbortSignal } | { silenceMs: number; error: () => Error };
+type ReadBound = { signal: AbortSignal } | { silenceMs: number; error: (unreachable?: Error) => Error };
 
 /**
  * Reads a client read stream to its end, handing each item to `each`, or until `bound` gives up. Loops over reads
@@ -478,6 +498,9 @@ async function pull<T>(reading: StreamingRead<T>, bound: ReadBound, each: (item:
       silence?.refresh();
       each(item);
     }
+  } catch (error) {
+    if ('silenceMs' in bound && error instanceof Error && isUnreachable(error)) throw bound.error(error);
+    throw error;
   } finally {
     signal?.removeEventListener('abort', abort);
     clearTimeout(silence);

@@ -105,9 +105,9 @@ export interface EventStore {
   readonly atomicAppendAll: boolean;
   /** Whether appendAll checks `expectedLastEventId` in the append's own transaction (embedded: yes; EventStoreDB: no). */
   readonly verifiesLastEventId: boolean;
-  /** Events of one stream from `fromRevision` (inclusive), in revision order. */
+  /** Events of one stream from `fromRevision` (inclusive), in revision order; at most `limit` (see readLimit), all by default. */
   readStream(stream: string, options?: { fromRevision?: number; limit?: number }): Promise<RecordedEvent[]>;
-  /** Events of every stream after `fromPosition` (exclusive; 0 = from the beginning), in global order. */
+  /** Events of every stream after `fromPosition` (exclusive; 0 = from the beginning), in global order; at most `limit` (see readLimit), 1000 by default. */
   readAll(fromPosition: number, options?: { limit?: number; filter?: SubscriptionFilter }): Promise<RecordedEvent[]>;
   /**
    * Catch-up then live subscription after `fromPosition` (exclusive). Pull-based: the consumer
@@ -137,6 +137,16 @@ export interface EventStore {
   listStreams(options?: { prefix?: string; limit?: number; after?: string }): Promise<StreamInfo[]>;
   streamInfo(stream: string): Promise<StreamInfo | undefined>;
   close(): Promise<void>;
+}
+
+/**
+ * A read's `limit`: a non-negative integer, or Infinity; one past the end of the log reads to its end. A negative or
+ * fractional limit is a caller's mistake, refused (RangeError) rather than read as everything on one path, nothing or a
+ * page cut short on another.
+ */
+export function readLimit(limit: number): number {
+  if (!(limit >= 0) || (limit !== Infinity && !Number.isInteger(limit))) throw new RangeError(`a read limit must be a non-negative integer, not ${limit}`);
+  return Math.min(limit, Number.MAX_SAFE_INTEGER);
 }
 
 export function matchesFilter(event: { type: string; stream: string }, filter?: SubscriptionFilter): boolean {

@@ -1,4 +1,6 @@
 import t from 'tap';
+import { toProblemError } from '../../api/http/app.js';
+import { EventStoreTimeoutError } from '../../infra/eventstore/errors.js';
 import { EsdbEventStore } from '../../infra/eventstore/esdb.js';
 import type { NewEvent } from '../../infra/eventstore/port.js';
 
@@ -40,4 +42,27 @@ t.test('data or metadata that is not JSON is refused before it reaches the clien
   }
   await new Promise((resolve) => setImmediate(resolve));
   t.same(unhandled, [], 'no unhandled rejection');
+});
+
+/**
+ * A server that cannot be reached (stopped, restarting, partitioned away; or a node that is no longer the leader) is
+ * the event store being unavailable, a 503 with Retry-After, as a server that does not answer in time: the client's
+ * errors (a gRPC UNAVAILABLE, which its server-features call before an append does not even convert) were 500s.
+ */
+t.test('a server that cannot be reached: appends and reads fail as unavailable (503), not as internal errors', async (t) => {
+  const store = new EsdbEventStore(UNREACHABLE, { timeoutMs: 5000 });
+  t.teardown(() => store.close());
+  for (const [name, call, operation] of [
+    ['append', () => store.append('offline-stream', [event({ n: 1 })], 'no_stream'), 'append'],
+    ['readStream', () => store.readStream('offline-stream'), 'readStream'],
+    ['streamInfo', () => store.streamInfo('offline-stream'), 'streamInfo'],
+    ['readAll', () => store.readAll(0), 'readAll'],
+  ] as const) {
+    const started = performance.now();
+    const error = await (call as () => Promise<unknown>)().then(() => undefined, (e: unknown) => e);
+    t.type(error, EventStoreTimeoutError, `${name}: ${String(error)}`);
+    t.match(error, { operation, message: /could not be reached/ }, name);
+    t.ok(performance.now() - started < 4000, `${name}: at once, not after EVENTSTORE_TIMEOUT_MS`);
+    t.match(toProblemError(error), { status: 503, slug: 'event-store-unavailable' }, `${name}: answered 503`);
+  }
 });

@@ -28,7 +28,7 @@ const pb = {
 const { ReadReq, ReadResp, AppendReq, AppendResp, BatchAppendReq, BatchAppendResp } = pb.streams;
 
 const GRPC = { 'content-type': 'application/grpc+proto' };
-const STATUS = { OK: 0, DEADLINE_EXCEEDED: 4, ALREADY_EXISTS: 6, FAILED_PRECONDITION: 9, UNIMPLEMENTED: 12 };
+const STATUS = { OK: 0, DEADLINE_EXCEEDED: 4, ALREADY_EXISTS: 6, FAILED_PRECONDITION: 9, ABORTED: 10, UNIMPLEMENTED: 12 };
 const READ = '/event_store.client.streams.Streams/Read';
 
 interface StoredEvent { id: string; type: string; contentType: string; data: Uint8Array; position: bigint }
@@ -43,7 +43,10 @@ class EsdbStandin extends EventEmitter {
   silent = false;
   /** Appends are accepted and never answered, nor written; other calls are answered. */
   silentAppends = false;
-  /** Unary appends are refused with DEADLINE_EXCEEDED, as the server answers a write that timed out (a commit timeout). */
+  /**
+   * Appends are refused as the server refuses a write that timed out (a commit, prepare or forward timeout): a unary
+   * Append with ABORTED "Operation timed out" (its RpcExceptions.Timeout), a BatchAppend with a Timeout status.
+   */
   timeoutAppends = false;
   /** When set, a stream read's events are sent one at a time, this many milliseconds apart (a slow read). */
   trickleMs = 0;
@@ -102,7 +105,7 @@ class EsdbStandin extends EventEmitter {
       }
       case '/event_store.client.streams.Streams/Append':
         if (this.silentAppends) return;
-        if (this.timeoutAppends) return fail(stream, STATUS.DEADLINE_EXCEEDED, 'Operation timed out');
+        if (this.timeoutAppends) return fail(stream, STATUS.ABORTED, 'Operation timed out');
         void collect(messages).then(([head, ...rest]) => {
           const options = AppendReq.deserializeBinary(head!).getOptions()!;
           const expected = options.hasNoStream() ? 'no_stream' : options.hasAny() ? 'any' : options.hasStreamExists() ? 'stream_exists' : Number(options.getRevision());
@@ -132,8 +135,14 @@ class EsdbStandin extends EventEmitter {
             const request = BatchAppendReq.deserializeBinary(bytes);
             const options = request.getOptions()!;
             const expected = options.hasNoStream() ? 'no_stream' : options.hasAny() ? 'any' : options.hasStreamExists() ? 'stream_exists' : Number(options.getStreamPosition());
-            const outcome = this.append(nameOf(options.getStreamIdentifier()!), expected, request.getProposedMessagesList());
             const response = new BatchAppendResp().setCorrelationId(request.getCorrelationId()).setStreamIdentifier(options.getStreamIdentifier());
+            if (this.timeoutAppends) {
+              const details = new pb.any.Any();
+              details.pack(new pb.shared.Timeout().serializeBinary(), 'event_store.client.Timeout');
+              stream.write(frame(response.setError(new pb.status.Status().setCode(STATUS.DEADLINE_EXCEEDED).setMessage('Timeout').setDetails(details as never))));
+              continue;
+            }
+            const outcome = this.append(nameOf(options.getStreamIdentifier()!), expected, request.getProposedMessagesList());
             if (outcome.ok) {
               const success = new BatchAppendResp.Success().setCurrentRevision(String(outcome.revision));
               if (this.knowsPositions) success.setPosition(new pb.shared.AllStreamPosition().setCommitPosition(String(outcome.position)).setPreparePosition(String(outcome.position)));
@@ -324,6 +333,48 @@ t.test('a refused append is a WrongExpectedVersionError with the actual revision
 });
 
 /**
+ * The client serialises an append's events only after awaiting the server's features (and, on first use, the
+ * connection): data the caller changes after calling append was written as changed. The adapter takes their JSON
+ * when it is called, as the embedded store does (the contract suite checks both against a server).
+ */
+t.test('an append sends its events as they were when it was called', async (t) => {
+  for (const batchAppend of [false, true]) {
+    const name = batchAppend ? 'BatchAppend' : 'Append';
+    const esdb = await EsdbStandin.start(t);
+    esdb.batchAppend = batchAppend;
+    const store = new EsdbEventStore(esdb.url);
+    t.teardown(() => store.close());
+    for (const stream of ['order-1', 'order-2']) { // the first append connects and asks the features; the second finds them known
+      const list = [1];
+      const event = { ...newEvent('A'), data: { list, at: new Date(0) } };
+      const appended = store.append(stream, [event], 'no_stream');
+      list.push(2);
+      await appended;
+      const stored = esdb.streams.get(stream)![0]!;
+      t.strictSame(JSON.parse(Buffer.from(stored.data).toString('utf8')), { list: [1], at: '1970-01-01T00:00:00.000Z' }, `${name}, ${stream}: as at the call`);
+    }
+  }
+});
+
+/** The read limits of the contract suite (there with a server only): the same answers as the embedded store's. */
+t.test('read limits: 0 reads nothing, one past the end reads to the end, a negative or fractional one is refused', async (t) => {
+  const esdb = await EsdbStandin.start(t);
+  const store = new EsdbEventStore(esdb.url);
+  t.teardown(() => store.close());
+  const events = [newEvent('A'), newEvent('B'), newEvent('C')];
+  await store.append('order-1', events, 'no_stream');
+  for (const limit of [0, 2, 3, 4, 2 ** 53, 1e20, Infinity]) {
+    const expected = events.slice(0, Math.min(limit, events.length)).map((e) => e.id);
+    t.same((await store.readStream('order-1', { limit })).map((e) => e.id), expected, `readStream, limit ${limit}`);
+    t.same((await store.readAll(0, { limit })).map((e) => e.id), expected, `readAll, limit ${limit}`);
+  }
+  for (const limit of [-1, 1.5, Number.NaN]) {
+    await t.rejects(store.readStream('order-1', { limit }), RangeError, `readStream, limit ${limit}`);
+    await t.rejects(store.readAll(0, { limit }), RangeError, `readAll, limit ${limit}`);
+  }
+});
+
+/**
  * A tombstoned (hard-deleted) stream fails every read with StreamDeletedError, while $streams keeps its link: one
  * such stream made listStreams fail for every prefix. streamInfo reports it as absent, as a soft-deleted one.
  */
@@ -466,15 +517,19 @@ t.test('an append the server does not answer fails after EVENTSTORE_TIMEOUT_MS, 
 });
 
 t.test('an append the server answers with a timeout of its own (a commit timeout) is an EventStoreTimeoutError at once', async (t) => {
-  const esdb = await EsdbStandin.start(t);
-  esdb.timeoutAppends = true;
-  const store = new EsdbEventStore(esdb.url, { timeoutMs: 10_000 });
-  t.teardown(() => store.close());
-  const outcome = await timed(store.append('order-1', [newEvent('A')], 'no_stream'), 5000);
-  t.equal(outcome.outcome, 'rejected');
-  t.type(outcome.error, EventStoreTimeoutError);
-  t.match(outcome.error, { operation: 'append', stream: 'order-1', message: /whether the events were written is unknown/ });
-  t.ok(outcome.ms < 2000, `answered by the server, not by our own timer (${Math.round(outcome.ms)} ms)`);
+  for (const batchAppend of [false, true]) {
+    const name = batchAppend ? 'BatchAppend' : 'Append';
+    const esdb = await EsdbStandin.start(t);
+    esdb.batchAppend = batchAppend;
+    esdb.timeoutAppends = true;
+    const store = new EsdbEventStore(esdb.url, { timeoutMs: 10_000 });
+    t.teardown(() => store.close());
+    const outcome = await timed(store.append('order-1', [newEvent('A')], 'no_stream'), 5000);
+    t.equal(outcome.outcome, 'rejected', name);
+    t.type(outcome.error, EventStoreTimeoutError, `${name}: ${String(outcome.error)}`);
+    t.match(outcome.error, { operation: 'append', stream: 'order-1', message: /whether the events were written is unknown/ }, name);
+    t.ok(outcome.ms < 2000, `${name}: answered by the server, not by our own timer (${Math.round(outcome.ms)} ms)`);
+  }
 });
 
 t.test('a read the server keeps answering is not cut off: EVENTSTORE_TIMEOUT_MS bounds the silences, not the whole read', async (t) => {

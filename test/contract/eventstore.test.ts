@@ -77,6 +77,36 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.same((await store.readStream(s('half'))).map((e) => e.type), ['After']);
   });
 
+  await t.test('an append records its events as JSON has them when it is called: readers and live subscribers get the same', async (t) => {
+    const from = await store.headPosition();
+    const controller = new AbortController();
+    t.teardown(() => controller.abort());
+    // Subscribed and waiting before the appends: the events arrive live (the embedded store's in-memory tail).
+    const iterator = store.subscribeToAll(from, { signal: controller.signal, filter: { streamPrefixes: [s('json')] } })[Symbol.asyncIterator]();
+    const first = iterator.next();
+    const list = [1];
+    // A Date, undefined, NaN and a function: JSON changes or leaves them out (and a function cannot be posted to a thread).
+    const data = { at: new Date(0), gone: undefined, nan: Number.NaN, list, f: () => 1 } as unknown as Record<string, unknown>;
+    const base = newEvent('Alpha', {});
+    const event = { ...base, data, metadata: { ...base.metadata, project_id: undefined } };
+    // Sent right behind another append (the embedded store sends it to its writer thread once that one is committed).
+    const beside = store.append(s('beside-json'), [newEvent('Beta', {})], 'no_stream');
+    const appended = store.append(s('json'), [event], 'no_stream');
+    list.push(2); // changed after the call
+    t.equal((await within(Promise.allSettled([beside, appended]), 'the appends')).filter((r) => r.status === 'fulfilled').length, 2, 'both appends are written');
+    list.push(3); // and after the acknowledgement
+    const recorded = { at: '1970-01-01T00:00:00.000Z', nan: null, list: [1] };
+    const [read] = await store.readStream(s('json'));
+    t.strictSame(read!.data, recorded, 'the log holds the events as JSON had them at the call');
+    t.strictSame(Object.keys(read!.metadata).sort(), Object.keys(base.metadata).sort(), 'metadata without the undefined key');
+    const live = (await within(first, 'the live event')).value as RecordedEvent;
+    t.strictSame(live.data, recorded, 'a live subscriber gets what the log holds');
+    t.strictSame(live.metadata, read!.metadata);
+    controller.abort();
+    await iterator.return?.();
+    t.equal((await store.readStream(s('beside-json'))).length, 1, 'the append beside it is written');
+  });
+
   await t.test('expectedLastEventId: the right revision reached by other events is a conflict (where the store verifies it)', { skip: !store.verifiesLastEventId && 'this adapter does not verify it (the command bus orders such appends itself)' }, async (t) => {
     const first = newEvent('First', {});
     await store.append(s('last-id'), [first], 'no_stream');
@@ -251,6 +281,31 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.same(await store.readAll(from, { filter: { streamPrefixes: [] } }), [], 'an empty prefix list matches nothing');
     t.same(await store.readAll(last.position), [], 'nothing after the head');
     t.equal(await store.headPosition(), last.position);
+  });
+
+  await t.test('read limits: 0 reads nothing, one past the end reads to the end, a negative or fractional one is refused', async (t) => {
+    const from = await store.headPosition();
+    // A live subscription: the embedded store then keeps the events appended next in memory and reads them from there.
+    const controller = new AbortController();
+    t.teardown(() => controller.abort());
+    const iterator = store.subscribeToAll(from, { signal: controller.signal })[Symbol.asyncIterator]();
+    const waiting = iterator.next();
+    const events = Array.from({ length: 3 }, (_, i) => newEvent('Alpha', { i }));
+    await store.append(s('limits'), events, 'no_stream');
+    await within(waiting, 'the subscription');
+    for (const limit of [0, 2, 3, 4, 2 ** 53, 1e20, Infinity]) {
+      const expected = ids(events.slice(0, Math.min(limit, events.length)));
+      t.same(ids(await store.readStream(s('limits'), { limit })), expected, `readStream, limit ${limit}`);
+      t.same(ids(await store.readAll(from, { limit })), expected, `readAll, limit ${limit}`);
+      t.same(ids(await store.readAll(from, { limit, filter: { types: ['Alpha'] } })), expected, `readAll with a filter, limit ${limit}`);
+    }
+    for (const limit of [-1, -2, 1.5, Number.NaN]) {
+      await t.rejects(store.readStream(s('limits'), { limit }), RangeError, `readStream, limit ${limit}`);
+      await t.rejects(store.readAll(from, { limit }), RangeError, `readAll, limit ${limit}`);
+      await t.rejects(store.readAll(from, { limit, filter: { types: ['Alpha'] } }), RangeError, `readAll with a filter, limit ${limit}`);
+    }
+    controller.abort();
+    await iterator.return?.();
   });
 
   await t.test('stream prefixes outside the Basic Multilingual Plane (two UTF-16 units a character)', async (t) => {
