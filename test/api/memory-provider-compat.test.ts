@@ -1,7 +1,5 @@
 import t, { type Test } from 'tap';
-import { startTestCairn, type TestCairn } from '../support/cairn.js';
-import { capturingLogger } from '../support/logs.js';
-import { startOpenAiServer, type OpenAiServer } from '../support/openai-server.js';
+import { startProviderApp, type ProviderApp as Setup } from '../support/provider-app.js';
 
 /**
  * Ingest and chat against the shapes OpenAI-compatible servers answer in besides OpenAI's usual one,
@@ -10,30 +8,7 @@ import { startOpenAiServer, type OpenAiServer } from '../support/openai-server.j
  * token limit, and null content (a refusal, a tool call).
  */
 
-interface Setup {
-  server: OpenAiServer;
-  app: TestCairn;
-  lines: Array<Record<string, any>>;
-  post(path: string, json: unknown): Promise<{ status: number; body: any; text: string }>;
-}
-
-async function setup(t: Test): Promise<Setup> {
-  const server = await startOpenAiServer();
-  const { lines, log } = capturingLogger();
-  const app = await startTestCairn({ LLM_BASE_URL: server.url, LLM_CHAT_MODEL: 'compat-model', LLM_TIMEOUT_MS: '2000', LLM_MAX_RETRIES: '0' }, { log });
-  t.teardown(async () => {
-    await app.stop();
-    await server.close();
-  });
-  return {
-    server, app, lines,
-    async post(path, json) {
-      const res = await app.memory(path, { method: 'POST', json });
-      const text = await res.text();
-      return { status: res.status, body: JSON.parse(text), text };
-    },
-  };
-}
+const setup = (t: Test) => startProviderApp(t, { LLM_CHAT_MODEL: 'compat-model', LLM_TIMEOUT_MS: '2000' });
 
 const scope = { agent: 'compat', user: 'u1' };
 const facts = (...list: string[]) => JSON.stringify({ facts: list });

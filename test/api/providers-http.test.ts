@@ -1,9 +1,9 @@
 import { createServer } from 'node:net';
 import t, { type Test } from 'tap';
 import { MAX_CHAT_REPLY_BYTES } from '../../infra/providers/chat.js';
-import { startTestCairn, type TestCairn } from '../support/cairn.js';
+import { startTestCairn } from '../support/cairn.js';
 import { capturingLogger } from '../support/logs.js';
-import { startOpenAiServer, type OpenAiServer } from '../support/openai-server.js';
+import { startProviderApp, type ProviderApp as Setup } from '../support/provider-app.js';
 
 /**
  * The provider transport as an operator of a local model server meets it, through POST /v1/chat and
@@ -12,30 +12,7 @@ import { startOpenAiServer, type OpenAiServer } from '../support/openai-server.j
  * generic 500; the log says why.
  */
 
-interface Setup {
-  server: OpenAiServer;
-  app: TestCairn;
-  lines: Array<Record<string, any>>;
-  post(path: string, json: unknown): Promise<{ status: number; body: any; text: string }>;
-}
-
-async function setup(t: Test, env: Record<string, string> = {}): Promise<Setup> {
-  const server = await startOpenAiServer();
-  const { lines, log } = capturingLogger();
-  const app = await startTestCairn({ LLM_BASE_URL: server.url, LLM_CHAT_MODEL: 'http-model', LLM_TIMEOUT_MS: '3000', LLM_MAX_RETRIES: '0', ...env }, { log });
-  t.teardown(async () => {
-    await app.stop();
-    await server.close();
-  });
-  return {
-    server, app, lines,
-    async post(path, json) {
-      const res = await app.memory(path, { method: 'POST', json });
-      const text = await res.text();
-      return { status: res.status, body: JSON.parse(text), text };
-    },
-  };
-}
+const setup = (t: Test, env: Record<string, string> = {}) => startProviderApp(t, { LLM_CHAT_MODEL: 'http-model', LLM_TIMEOUT_MS: '3000', ...env });
 
 const scope = { agent: 'http', user: 'u1' };
 

@@ -255,13 +255,18 @@ t.test('a command decided behind the repeat of an earlier request stands only on
   t.notOk(value.state.values.has('k'), 'k is deleted in the log and in the bus\'s state');
 });
 
-t.test('a request repeated on a node whose cached state is just before the first one (written by another node) answers what the log holds', async (t) => {
+/** Two API nodes on one log behind a load balancer, with clocks a day apart so that each node's decisions are its own. */
+function twoNodesApart(t: Test) {
   const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
   const [storeA, storeB] = [new EmbeddedEventStore(file), new EmbeddedEventStore(file)];
   t.teardown(async () => { await storeA.close(); await storeB.close(); });
-  // Two API nodes on one log behind a load balancer, with clocks a day apart so their decisions differ.
   const nodeA = new CommandBus(storeA, () => new Date('2026-01-01T00:00:00.000Z'));
   const nodeB = new CommandBus(storeB, () => new Date('2026-01-02T00:00:00.000Z'));
+  return { storeA, storeB, nodeA, nodeB };
+}
+
+t.test('a request repeated on a node whose cached state is just before the first one (written by another node) answers what the log holds', async (t) => {
+  const { storeA, nodeA, nodeB } = twoNodesApart(t);
   const keyed = (key: string): RequestMeta => ({ ...meta(), request_key: `idem:${key}` });
 
   const config = configStream('p');
@@ -382,12 +387,7 @@ t.test('a conflict behind pipelined commands still reads the stream whole, and e
 });
 
 t.test('one request with an Idempotency-Key taken by two nodes at the same moment: both answer what the log holds', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
-  const [storeA, storeB] = [new EmbeddedEventStore(file), new EmbeddedEventStore(file)];
-  t.teardown(async () => { await storeA.close(); await storeB.close(); });
-  // Clocks a day apart, so each node's decision is its own.
-  const nodeA = new CommandBus(storeA, () => new Date('2026-01-01T00:00:00.000Z'));
-  const nodeB = new CommandBus(storeB, () => new Date('2026-01-02T00:00:00.000Z'));
+  const { storeA, nodeA, nodeB } = twoNodesApart(t);
   const keyed = (key: string): RequestMeta => ({ ...meta(), request_key: `idem:${key}` });
   const stream = configStream('p');
   for (let round = 0; round < 5; round++) {
