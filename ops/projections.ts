@@ -38,14 +38,12 @@ export function projectionCommands(program: Command): void {
       // So that projections that never ran are listed too, with lag = head.
       for (const p of known()) await reads.register(p.name, p.collections);
       const statuses = await projectionStatus(events, reads);
-      // Who holds each pause (host, pid, and the host's id), and since when: read once, so `paused_at` is the earliest of these.
-      const pauses = new Map((await reads.listCheckpoints()).map((cp) => [cp.projection, { paused_at: cp.paused_at ?? null, paused_by: cp.paused_by ?? null }]));
       const rows = await Promise.all(statuses.map(async (s) => {
         const rebuild = await reads.rebuildCheckpoint(s.projection);
         // updated_at: when it last committed a batch. A rebuild whose process was killed (kill -9) leaves its slot
         // until the next rebuild of the projection supersedes it; only a time that stopped moving tells it apart.
         return {
-          ...s, ...(pauses.get(s.projection) ?? { paused_at: null, paused_by: null }),
+          ...s,
           rebuilding: rebuild ? { position: rebuild.position, generation: rebuild.generation, updated_at: rebuild.updated_at } : null,
         };
       }));

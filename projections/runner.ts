@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port.js';
-import type { CheckpointInfo, ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
+import type { CheckpointInfo, PauseRecord, ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
 import type { Logger } from '../infra/logger.js';
 import { describeError, lagOf } from './health.js';
 import type { Projection } from './projection.js';
@@ -48,8 +48,10 @@ export interface ProjectionStatus {
   updated_at: string | null;
   /** As the projection's runner last recorded it (see ReadStore.recordFailure); null when it is not failing. */
   failing: ProjectionFailure | null;
-  /** Since when a server process has held the projection paused (see ReadStore.recordPause); null when none does. */
+  /** Since when a server process has held the projection paused (see ReadStore.recordPause): the earliest of `paused_by`; null when none does. */
   paused_at: string | null;
+  /** Who holds it paused, and since when, earliest first; null when none does. */
+  paused_by: PauseRecord[] | null;
   /** The checkpoint lies past the log's end: the read model was built from another or a longer log (see readModelsAhead). */
   ahead: boolean;
 }
@@ -541,6 +543,7 @@ export async function projectionStatus(events: EventStore, store: ReadStore): Pr
     updated_at: cp.updated_at,
     failing: cp.failure ?? null,
     paused_at: cp.paused_at ?? null,
+    paused_by: cp.paused_by ?? null,
     ahead: cp.position > end,
   })));
 }
