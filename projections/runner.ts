@@ -20,6 +20,20 @@ const PERSIST_IDLE_CHECKPOINT_MS = 1000;
 const RETRY_DELAY_MS = 1000;
 /** The longest wait between retries: a poison event (one that fails every time) is retried once a minute. */
 const RETRY_DELAY_MAX_MS = 60_000;
+/**
+ * The longest wait between retries of a batch that failed on a model provider (embeddings down, a local model server
+ * restarting): that heals by itself, and semantic searches wait for the vectors meanwhile, so it is retried sooner.
+ */
+const PROVIDER_RETRY_DELAY_MAX_MS = 10_000;
+
+/**
+ * The wait before the `attempt`th retry in a row: `first`, doubled for each attempt before it, at most `max`, or for a
+ * failure of a model provider (a ProviderError) at most PROVIDER_RETRY_DELAY_MAX_MS.
+ */
+export function retryDelay(attempt: number, error: unknown, first = RETRY_DELAY_MS, max = RETRY_DELAY_MAX_MS): number {
+  const cap = (error as Error | undefined)?.name === 'ProviderError' ? Math.min(max, PROVIDER_RETRY_DELAY_MAX_MS) : max;
+  return Math.min(cap, first * 2 ** Math.min(attempt - 1, 30));
+}
 /** How often a failure that keeps repeating is logged again. */
 const REPEAT_LOG_INTERVAL_MS = 60_000;
 /**
@@ -193,7 +207,7 @@ export class ProjectionRunner {
         const event = this.failedEvent;
         this.fail(error);
         const { message, count } = this.failing!.failure;
-        const wait = this.retryDelay(++this.retries);
+        const wait = retryDelay(++this.retries, error, this.options.retryDelayMs, this.options.retryDelayMaxMs);
         // Retried again and again: the same failure is logged when it starts and then once a minute (with its count),
         // not a stack trace per attempt; a different one at once.
         const now = Date.now();
@@ -212,12 +226,6 @@ export class ProjectionRunner {
         this.armRecovery();
       }
     }
-  }
-
-  /** Before the `attempt`th retry in a row: RETRY_DELAY_MS, doubled for each attempt before it, at most RETRY_DELAY_MAX_MS. */
-  private retryDelay(attempt: number): number {
-    const first = this.options.retryDelayMs ?? RETRY_DELAY_MS;
-    return Math.min(this.options.retryDelayMaxMs ?? RETRY_DELAY_MAX_MS, first * 2 ** Math.min(attempt - 1, 30));
   }
 
   /**

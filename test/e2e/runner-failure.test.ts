@@ -10,7 +10,7 @@ import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import type { ProjectionFailure } from '../../infra/readstore/port.js';
 import type { Projection } from '../../projections/projection.js';
 import { rebuildProjection } from '../../projections/rebuild.js';
-import { ProjectionRunner } from '../../projections/runner.js';
+import { ProjectionRunner, retryDelay } from '../../projections/runner.js';
 import { capturingLogger } from '../support/logs.js';
 
 /** How a runner reports its failures: in memory (what /readyz shows) and beside its checkpoint (what `ops projections status` shows). */
@@ -281,4 +281,12 @@ t.test('a rebuild swapped in while a failing runner waits before its retry is ta
   await reported.until((f) => f === null);
   t.equal(runner.failure, undefined, 'and is past the failure: the rebuilt generation starts without it');
   await runner.stop();
+});
+
+t.test('retry waits: 1 s doubling to 60 s; a model provider\'s failure (it heals by itself) at most 10 s', async (t) => {
+  const waits = (error: unknown) => Array.from({ length: 9 }, (_, i) => retryDelay(i + 1, error));
+  t.same(waits(new Error('poison')), [1000, 2000, 4000, 8000, 16_000, 32_000, 60_000, 60_000, 60_000]);
+  t.same(waits(new ProviderError('embeddings', 'embeddings provider answered 503')), [1000, 2000, 4000, 8000, 10_000, 10_000, 10_000, 10_000, 10_000]);
+  t.equal(retryDelay(1000, new Error('x')), 60_000, 'no overflow after many attempts');
+  t.same([retryDelay(3, new Error('x'), 50, 400), retryDelay(5, new ProviderError('chat', 'down'), 50, 400)], [200, 400], 'the options shorten both (tests)');
 });
