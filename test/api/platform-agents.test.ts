@@ -176,6 +176,13 @@ t.test('other fields', async (t) => {
   t.same([...new Set(locations)], ['body', 'body.avatar_url', 'body.gender', 'body.language'], 'every problem is listed');
   t.equal((await create({ name: 'Lots', speech_patterns: Array(101).fill('x') })).res.status, 400, 'at most 100 phrases');
   t.equal((await create({ name: 'Enough', speech_patterns: Array(100).fill('x') })).res.status, 200);
+  for (const url of ['http://', 'https://', 'https:///path', 'https://?q', 'https://user@cdn.example/a.png']) {
+    const res = await create({ name: `No host ${url.length}${url.at(-1)}`, avatar_url: url });
+    t.equal(res.res.status, 400, `avatar_url ${url}: no host (or credentials in it)`);
+  }
+  for (const url of ['http://cdn.example', 'HTTPS://cdn.example/a.png', 'https://cdn.example:8443/a.png?v=2#x']) {
+    t.equal((await create({ name: `Host ${url.length}`, avatar_url: url })).res.status, 200, `avatar_url ${url}`);
+  }
 });
 
 t.test('optional fields at their edges: exactly the limit passes, one past it is a 400 naming the field', async (t) => {

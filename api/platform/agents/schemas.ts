@@ -21,7 +21,7 @@ export const CreateAgentBody = Type.Object({
   language: Type.Optional(Type.String({ pattern: LANGUAGE_PATTERN, maxLength: MAX_LANGUAGE_TAG, description: 'BCP 47 language tag whose language is an ISO 639 code, in any case (tags are case-insensitive): "en", "EN-us", "zh-hant-tw"; stored and returned in canonical form ("en-US", "zh-Hant-TW"); default "en"' })),
   bio: Type.Optional(Type.String({ maxLength: 8000 })),
   gender: Type.Optional(Type.Union([Type.Literal('male'), Type.Literal('female'), Type.Literal('non_binary')])),
-  avatar_url: Type.Optional(Type.String({ format: 'uri', pattern: '^https?://', maxLength: 2048 })),
+  avatar_url: Type.Optional(Type.String({ format: 'uri', pattern: '^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@\\s]+(?:[/?#]|$)', maxLength: 2048 })),
 }, { additionalProperties: false });
 export type CreateAgentBody = Static<typeof CreateAgentBody>;
 
