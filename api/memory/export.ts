@@ -37,7 +37,8 @@ export interface ExportDeps {
  * The export sees every write acknowledged before the request (it waits for the read models first). The
  * memories are read page by page while the answer is sent, so a change made after the request arrived may
  * or may not show, as in any export of more than one page; a memory appears at most once (one deleted and
- * stored again with the same id meanwhile is not repeated). What can fail with a problem response fails
+ * stored again with the same id meanwhile is not repeated), and in one state: its text, session, times and
+ * vector are of the same moment (see withVectors). What can fail with a problem response fails
  * before the answer begins: the wait, the personality and the first chunk. A later failure (the read store,
  * or a vector wait that times out) can only cut the connection: see Reply.stream.
  */
@@ -85,29 +86,41 @@ async function* memoryChunks(deps: ExportDeps, { agent, user }: Scope, caller: {
 
 /**
  * The memories as exported, each with the vector of its text. A vector belongs to the text it was computed
- * from: both documents carry the position of the event that set the text. A memory changed after this request
- * arrived can be ahead in `memories` (which needs no provider call): wait for its vector, and export none
- * rather than an older text's. One query per chunk (a MongoDB read store would pay a round trip per memory
- * for reads one by one).
+ * from: both documents carry the position of the event that set the text (or the session). A memory whose
+ * vector does not match is read again: it may have changed or gone after its page was read (it is then
+ * exported as it is now, or not at all), or be ahead in `memories` (which needs no provider call): its vector
+ * is waited for. One still without a matching vector after that (a text the provider refused, or one changed
+ * again and again meanwhile) is exported without a vector, never with another text's, and never as a memory
+ * deleted meanwhile without the vector it had. One query per round (a MongoDB read store would pay a round
+ * trip per memory for reads one by one).
  */
-async function withVectors(deps: ExportDeps, docs: Array<Stored<MemoryDoc>>, signal: AbortSignal) {
+async function withVectors(deps: ExportDeps, page: Array<Stored<MemoryDoc>>, signal: AbortSignal) {
+  const docs = new Map(page.map((doc) => [doc.id, doc]));
   const vectors = new Map<string, Stored<VectorDoc>>();
-  if (deps.retrieval.hasVectors) {
-    const read = async (batch: Array<Stored<MemoryDoc>>) => {
-      const found = await getMany<VectorDoc>(deps.reads, VECTORS, batch.map((doc) => doc.id));
-      for (const doc of batch) {
-        const v = found.get(doc.id);
-        if (v?._position === doc._position) vectors.set(doc.id, v);
+  let pending = page;
+  for (let round = 0; deps.retrieval.hasVectors && pending.length > 0 && round < 3; round++) {
+    if (round > 0) await deps.waitFor([VECTORS_PROJECTION], pending.reduce((max, doc) => Math.max(max, doc._position), 0), signal);
+    const found = await getMany<VectorDoc>(deps.reads, VECTORS, pending.map((doc) => doc.id));
+    const unmatched = pending.filter((doc) => {
+      const v = found.get(doc.id);
+      if (v?._position !== doc._position) return true;
+      vectors.set(doc.id, v);
+      return false;
+    });
+    if (unmatched.length === 0) break;
+    const current = await getMany<MemoryDoc>(deps.reads, MEMORIES, unmatched.map((doc) => doc.id));
+    pending = [];
+    for (const { id } of unmatched) {
+      const doc = current.get(id);
+      if (!doc) {
+        docs.delete(id);
+        continue;
       }
-    };
-    await read(docs);
-    const behind = docs.filter((doc) => !vectors.has(doc.id));
-    if (behind.length > 0) {
-      await deps.waitFor([VECTORS_PROJECTION], behind.reduce((max, doc) => Math.max(max, doc._position), 0), signal);
-      await read(behind);
+      docs.set(id, doc);
+      pending.push(doc);
     }
   }
-  return docs.map((doc) => {
+  return [...docs.values()].map((doc) => {
     const v = vectors.get(doc.id);
     return { ...toView(doc), ...(v ? { vector: exportedVector(v), vector_model: v.model } : {}) };
   });

@@ -129,6 +129,29 @@ t.test('an export reads its pages as the client takes its answer, and the proces
   t.equal(ids.length, live.memories.length - 1);
 });
 
+t.test('a memory changed after its page was read, before its chunk was sent, is exported once, with the vector of the text it is exported with', async (t) => {
+  // About 7 KB a text: the server is at most a chunk or two ahead of a paused client, far from the first page's last chunk.
+  const big = { agent: 'export', user: 'changed-meanwhile' };
+  const memories = await seed(app, big, EXPORT_READ_PAGE + 1, { words: 1000 });
+  const [deleted, relabelled, corrected] = [memories[EXPORT_READ_PAGE - 3]!, memories[EXPORT_READ_PAGE - 2]!, memories[EXPORT_READ_PAGE - 1]!];
+  const held = await heldExport(app, big);
+  // In the first page, read before the answer began, in its last chunk: changed while the client holds the answer.
+  await deleteMemory(app, big, deleted.id);
+  const a = await app.memory('/v1/memories', { method: 'POST', json: { scope: big, id: relabelled.id, text: relabelled.text, session: 'relabelled' } });
+  const b = await app.memory('/v1/memories', { method: 'POST', json: { scope: big, id: corrected.id, text: 'corrected meanwhile' } });
+  t.same([a.status, b.status], [200, 200]);
+  await app.waitFor(['memories', 'memory-vectors'], await app.events.headPosition());
+  const body = JSON.parse(await rest(held)) as { memories: Exported[] };
+  t.equal(new Set(body.memories.map((m) => m.id)).size, body.memories.length, 'no memory twice');
+  t.ok(body.memories.length >= memories.length - 1, 'no other memory left out');
+  t.ok(body.memories.every((m) => m.vector), 'every memory with a vector: one deleted meanwhile is exported as it was or not at all');
+  for (const id of [relabelled.id, corrected.id]) {
+    const exported = body.memories.filter((m) => m.id === id);
+    t.equal(exported.length, 1, 'exported once');
+    t.same(exported[0]!.vector, withVector(exported[0]!).vector, 'with the vector of the text it is exported with');
+  }
+});
+
 t.test('a read that fails after the answer began cuts the connection; before, it is a problem', async (t) => {
   const held = await heldExport(app, scope);
   t.match(Buffer.concat(held.received).toString(), /^\{"scope":/);
