@@ -17,7 +17,11 @@ export function eventCommands(program: Command): void {
       const stop = () => abort.abort();
       process.once('SIGINT', stop);
       try {
-        const from = opts.from ?? (await events.headPosition());
+        const head = await events.headPosition();
+        const from = opts.from ?? head;
+        // A position from another log (a restored backup, a mistyped number) would skip, without a word, every event
+        // appended until the log reaches it: the operator would take a quiet tail for a quiet log.
+        if (from > head) notice(`note: --from ${from} is past the log's head (${head}); events up to position ${from} will not be shown`);
         const filter = opts.type?.length ? { types: opts.type } : undefined;
         const note = filter && (await unseenTypesNote(events, filter.types));
         if (note) notice(`note: ${note}`);
