@@ -14,7 +14,7 @@ const Failure = Type.Object({
   since: DateTime,
   count: Type.Integer({ minimum: 1, description: 'attempts in a row that failed' }),
   last_at: DateTime,
-}, { description: 'set while the projection retries from its checkpoint after an error (after 1 s, then waits doubling up to 60 s, reset once it is past the error)' });
+}, { description: 'set while the projection retries from its checkpoint after an error (after 1 s, then waits doubling up to 60 s, or 10 s when a model provider failed; reset once it is past the error)' });
 
 const ThreadState = Type.Object({
   mode: Type.Union([Type.Literal('thread'), Type.Literal('inline')], { description: 'PROJECTIONS_THREAD' }),
@@ -76,7 +76,7 @@ export function healthRoutes(readiness?: () => Promise<Readiness>): RouteDef[] {
     summary: 'Readiness: the read models this process serves are being kept current',
     description: 'For load balancers and operators, no credentials needed. Not ready (503) while the event store or the read store '
       + 'fails to answer its probe or does not answer within 2 s, while a projection is failing '
-      + '(an error, retried from its checkpoint after waits of 1 s doubling up to 60 s, until the batch that failed is applied), '
+      + '(an error, retried from its checkpoint after waits of 1 s doubling up to 60 s (10 s for a model provider\'s failure), until the batch that failed is applied), '
       + 'while a projection is paused in this process (`paused_at`; its reads would time out here), while the projection thread '
       + 'is restarting or has not been heard from for 10 s, and, only when READY_MAX_LAG is set, while a projection is more events '
       + 'behind the log than that. The 503 is `application/problem+json` (type `…/not-ready`), its `detail` naming every reason, '

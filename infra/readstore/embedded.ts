@@ -5,7 +5,7 @@ import type { Worker } from 'node:worker_threads';
 import { startWorker } from '../threads.js';
 import {
   decodeCursor, encodeCursor,
-  pauseFields, PAUSE_HOLDER_ID,
+  checkPauseHolder, pauseFields,
   type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page, type PauseHolder,
   type ProjectionFailure, type ProjectionWriter, type ReadStore, type Stored, type StoredPauses, type Where,
 } from './port.js';
@@ -171,8 +171,8 @@ export class EmbeddedReadStore implements ReadStore {
    * Through the batch queue, as recordFailure. One statement, so that what other connections (other processes) recorded
    * for other holders meanwhile stays: a JSON merge patch sets this holder's record or (a null value) removes it.
    */
-  recordPause(projection: string, holder: PauseHolder, since: string | null): Promise<void> {
-    if (!PAUSE_HOLDER_ID.test(holder.id)) return Promise.reject(new Error(`invalid pause holder id ${JSON.stringify(holder.id)}`));
+  async recordPause(projection: string, holder: PauseHolder, since: string | null): Promise<void> {
+    checkPauseHolder(holder);
     return this.exclusive(async () => {
       this.prepare(`UPDATE rm_checkpoints SET paused_by = NULLIF(json_patch(coalesce(paused_by, '{}'), json_object(?, json(?))), '{}')
         WHERE projection = ? AND slot = 'live'`)

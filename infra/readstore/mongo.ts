@@ -2,7 +2,7 @@ import { MongoClient, MongoServerError, ReadPreference } from 'mongodb';
 import type { ClientSession, Collection, Db, Document, Filter, Sort } from 'mongodb';
 import {
   decodeCursor, encodeCursor,
-  pauseFields, PAUSE_HOLDER_ID,
+  checkPauseHolder, pauseFields,
   type CheckpointInfo, type CollectionSpec, type Doc, type FieldValue, type FindOptions, type Page, type PauseHolder,
   type ProjectionFailure, type ProjectionWriter, type ReadStore, type Stored, type StoredPauses, type Where,
 } from './port.js';
@@ -212,7 +212,7 @@ export class MongoReadStore implements ReadStore {
 
   /** The holder's own field of `paused_by`, set or unset in one update: other holders' records stay. */
   async recordPause(projection: string, holder: PauseHolder, since: string | null): Promise<void> {
-    if (!PAUSE_HOLDER_ID.test(holder.id)) throw new Error(`invalid pause holder id ${JSON.stringify(holder.id)}`);
+    checkPauseHolder(holder);
     const field = `paused_by.${holder.id}`;
     await this.checkpoints.updateOne({ _id: slotId(projection, 'live') },
       since === null ? { $unset: { [field]: '' } } : { $set: { [field]: { host: holder.host, pid: holder.pid, since } } });

@@ -75,7 +75,12 @@ export interface PauseRecord extends PauseHolder {
 }
 
 /** A PauseHolder's `id`: also a field name in MongoDB (no `.`, no leading `$`). */
-export const PAUSE_HOLDER_ID = /^[A-Za-z0-9_-]{1,64}$/;
+const PAUSE_HOLDER_ID = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** Throws unless `holder.id` is one recordPause can store as a key of its own (see PAUSE_HOLDER_ID). */
+export function checkPauseHolder(holder: PauseHolder): void {
+  if (!PAUSE_HOLDER_ID.test(holder.id)) throw new Error(`invalid pause holder id ${JSON.stringify(holder.id)}`);
+}
 
 /** How the adapters store a projection's pause records: by holder id. */
 export type StoredPauses = Record<string, Omit<PauseRecord, 'id'>>;
