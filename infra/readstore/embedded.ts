@@ -49,6 +49,13 @@ const ADDED_COLUMNS = ['failure', 'paused_by'];
 export class EmbeddedReadStore implements ReadStore {
   readonly kind = 'embedded' as const;
   private readonly db: Database.Database;
+  /**
+   * Queries (get, find, count) read on a connection of their own: on `db` they would read inside a batch left open
+   * while its projection awaits (a provider call in `apply`), and see its documents before it commits, or though it
+   * then rolls back. `db` itself for an in-memory database, which no second connection can open.
+   */
+  private readonly reader: Database.Database;
+  private readonly readerStatements = new Map<string, Database.Statement>();
   private lock: Promise<unknown> = Promise.resolve();
   private readonly statements = new Map<string, Database.Statement>();
   private readonly checkpointer?: Worker;
@@ -81,14 +88,17 @@ export class EmbeddedReadStore implements ReadStore {
     if (missing().length > 0) {
       this.db.transaction(() => { for (const column of missing()) this.db.exec(`ALTER TABLE rm_checkpoints ADD COLUMN ${column} TEXT`); }).immediate();
     }
+    this.reader = file === ':memory:' ? this.db : new Database(file, { readonly: true });
+    this.reader.pragma('busy_timeout = 5000');
   }
 
   /** Prepared statements are cached by their text: queries are built from a small set of shapes. */
-  private prepare(sql: string): Database.Statement {
-    let statement = this.statements.get(sql);
+  private prepare(sql: string, db = this.db): Database.Statement {
+    const statements = db === this.db ? this.statements : this.readerStatements;
+    let statement = statements.get(sql);
     if (!statement) {
-      statement = this.db.prepare(sql);
-      this.statements.set(sql, statement);
+      statement = db.prepare(sql);
+      statements.set(sql, statement);
     }
     return statement;
   }
@@ -139,7 +149,9 @@ export class EmbeddedReadStore implements ReadStore {
   private dropTables(projection: string, generation: number): void {
     for (const c of this.collectionsOf(projection)) {
       const table = tableName(c.name, generation);
-      for (const sql of this.statements.keys()) if (sql.includes(` ${table} `)) this.statements.delete(sql);
+      for (const statements of [this.statements, this.readerStatements]) {
+        for (const sql of statements.keys()) if (sql.includes(` ${table} `)) statements.delete(sql);
+      }
       this.db.exec(`DROP TABLE IF EXISTS ${table}`);
     }
   }
@@ -246,7 +258,7 @@ export class EmbeddedReadStore implements ReadStore {
 
   /** The live table of a collection (resolved on every query: a rebuild in another process may have swapped it). */
   private liveTable(collection: string): string {
-    const version = this.prepare('PRAGMA data_version').pluck().get() as number;
+    const version = this.prepare('PRAGMA data_version', this.reader).pluck().get() as number;
     if (version !== this.dataVersion) {
       this.liveTables.clear();
       this.dataVersion = version;
@@ -254,19 +266,19 @@ export class EmbeddedReadStore implements ReadStore {
     const cached = this.liveTables.get(collection);
     if (cached) return cached;
     const row = this.prepare(`SELECT k.generation AS generation FROM rm_collections c
-      JOIN rm_checkpoints k ON k.projection = c.projection AND k.slot = 'live' WHERE c.name = ?`).get(collection) as { generation: number } | undefined;
+      JOIN rm_checkpoints k ON k.projection = c.projection AND k.slot = 'live' WHERE c.name = ?`, this.reader).get(collection) as { generation: number } | undefined;
     if (!row) throw new Error(`unknown collection ${collection}`);
     const table = tableName(collection, row.generation);
     this.liveTables.set(collection, table);
     return table;
   }
 
-  private getFrom<T extends Doc>(table: string, id: string): Stored<T> | undefined {
-    const row = this.prepare(`SELECT * FROM ${table} WHERE id = ? AND deleted = 0`).get(id) as Row | undefined;
+  private getFrom<T extends Doc>(table: string, id: string, db = this.db): Stored<T> | undefined {
+    const row = this.prepare(`SELECT * FROM ${table} WHERE id = ? AND deleted = 0`, db).get(id) as Row | undefined;
     return row ? toDoc<T>(row) : undefined;
   }
 
-  private findIn<T extends Doc>(table: string, options: FindOptions): Page<Stored<T>> {
+  private findIn<T extends Doc>(table: string, options: FindOptions, db = this.db): Page<Stored<T>> {
     const field = options.sort?.field ?? 'id';
     // `+deleted` keeps the planner on the primary key where that is the way: with no filter and id order (no scan
     // and sort per page), and for a filter on ids (`id IN (...)` of 1,000 ids: 10-25 ms instead of a scan of every
@@ -300,7 +312,7 @@ export class EmbeddedReadStore implements ReadStore {
     }
     const limit = options.limit ?? 100;
     params.push(limit + 1);
-    const rows = this.prepare(`SELECT * FROM ${table} WHERE ${clauses.join(' AND ')} ORDER BY ${expr} ${order}, id ${order} LIMIT ?`)
+    const rows = this.prepare(`SELECT * FROM ${table} WHERE ${clauses.join(' AND ')} ORDER BY ${expr} ${order}, id ${order} LIMIT ?`, db)
       .all(...params) as Row[];
     const items = rows.slice(0, limit).map((r) => toDoc<T>(r));
     const last = items.at(-1);
@@ -312,29 +324,29 @@ export class EmbeddedReadStore implements ReadStore {
    * Reads the live table of `collection`, resolved and read in one read transaction: otherwise another
    * connection (the projection thread, or a rebuild by the CLI) could swap a rebuilt generation in and drop
    * this one between the two, and the read would fail with "no such table". In WAL mode the transaction's
-   * snapshot keeps the table it resolved. (Inside a batch's transaction on this connection, that one is it.)
+   * snapshot keeps the table it resolved. (An in-memory store reads on its one connection: in a batch, in its transaction.)
    */
   private onLive<T>(collection: string, read: (table: string) => T): T {
-    if (this.db.inTransaction) return read(this.liveTable(collection));
-    this.prepare('BEGIN').run();
+    if (this.reader.inTransaction) return read(this.liveTable(collection));
+    this.prepare('BEGIN', this.reader).run();
     try {
       return read(this.liveTable(collection));
     } finally {
-      this.prepare('COMMIT').run();
+      this.prepare('COMMIT', this.reader).run();
     }
   }
 
   async get<T extends Doc>(collection: string, id: string): Promise<Stored<T> | undefined> {
-    return this.onLive(collection, (table) => this.getFrom<T>(table, id));
+    return this.onLive(collection, (table) => this.getFrom<T>(table, id, this.reader));
   }
 
   async find<T extends Doc>(collection: string, options: FindOptions = {}): Promise<Page<Stored<T>>> {
-    return this.onLive(collection, (table) => this.findIn<T>(table, options));
+    return this.onLive(collection, (table) => this.findIn<T>(table, options, this.reader));
   }
 
   async count(collection: string, where?: Where): Promise<number> {
     const { sql, params } = whereSql(where);
-    return this.onLive(collection, (table) => (this.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE ${sql}`).get(...params) as { n: number }).n);
+    return this.onLive(collection, (table) => (this.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE ${sql}`, this.reader).get(...params) as { n: number }).n);
   }
 
   // Both read the checkpoints, then write: IMMEDIATE takes the write lock first (waiting on the busy
@@ -390,6 +402,7 @@ export class EmbeddedReadStore implements ReadStore {
 
   async close(): Promise<void> {
     await this.lock;
+    if (this.reader !== this.db) this.reader.close();
     this.db.close();
     if (this.checkpointer) {
       const checkpointer = this.checkpointer;

@@ -62,7 +62,8 @@ const VISIBLE = { _id: 0, _deleted: 0 } as const;
  *   the live one keeps serving, and the swap is one update of the live checkpoint;
  * - `_checkpoints` `{_id: "<projection>:<slot>", projection, slot, position, generation, updated_at}`
  *   and the `_collections` registry `{_id: name, projection, indexes}`;
- * - documents `{_id: id, ...doc, _position, _deleted}`; deletes leave an invisible tombstone;
+ * - documents `{_id: id, ...doc, _position, _deleted}` (and `_escaped` when keys of theirs are, see escapeKeys);
+ *   deletes leave an invisible tombstone;
  * - a query checks after reading that the generation it read is still live (see onLive).
  *
  * applyBatch writes documents and the checkpoint in one transaction when the deployment has them
@@ -294,8 +295,11 @@ export class MongoReadStore implements ReadStore {
       find: async <T extends Doc>(name: string, options: FindOptions) => findIn<T>(await collection(name), options, session),
       put: async <T extends Doc>(name: string, doc: T, position: number) => {
         // The same normalisation as the embedded store's JSON column: undefined dropped, dates as strings.
-        const fields = JSON.parse(JSON.stringify(doc)) as Record<string, unknown>;
-        await guardedReplace(await collection(name), doc.id, { _id: doc.id, ...fields, _position: position, _deleted: false }, session);
+        const plain: unknown = JSON.parse(JSON.stringify(doc));
+        const fields = escapeKeys(plain) as Record<string, unknown>;
+        const escaped = fields !== plain;
+        await guardedReplace(await collection(name), doc.id,
+          { _id: doc.id, ...fields, _position: position, _deleted: false, ...(escaped && { _escaped: true }) }, session);
       },
       delete: async (name: string, id: string, position: number) => {
         await guardedReplace(await collection(name), id, { _id: id, _position: position, _deleted: true }, session);
@@ -572,7 +576,49 @@ async function guardedReplace(collection: Collection<StoredDoc>, id: string, sto
 
 async function getFrom<T extends Doc>(collection: Collection<StoredDoc>, id: string, session?: ClientSession): Promise<Stored<T> | undefined> {
   const doc = await collection.findOne({ _id: id, _deleted: false }, { projection: VISIBLE, session });
-  return (doc ?? undefined) as Stored<T> | undefined;
+  return doc ? visible<T>(doc) : undefined;
+}
+
+/**
+ * Keys BSON cannot hold (a NUL byte) or that MongoDB reads as paths or operators, or refuses to store before 5.0 (a `.`,
+ * a leading `$`, the empty key), in values a client chose (a configuration value is any JSON): stored escaped, as the
+ * embedded store's JSON column keeps them, rather than failing the batch (and the projection) on every retry. `%` is
+ * escaped too, so that decoding is exact. Queries never name such a key (FIELD allows none of these characters).
+ */
+const UNSAFE_KEY = /^$|^\$|[%.\0]/;
+
+function escapeKey(key: string): string {
+  return key === '' ? '%' : key.replace(/[%.\0]/g, (c) => `%${c.charCodeAt(0).toString(16).padStart(2, '0').toUpperCase()}`).replace(/^\$/, '%24');
+}
+
+function unescapeKey(key: string): string {
+  return key === '%' ? '' : key.replace(/%(25|2E|00|24)/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+}
+
+/** `value` with every unsafe key of its objects escaped (see UNSAFE_KEY); the same value when it has none. */
+function escapeKeys(value: unknown): unknown {
+  if (Array.isArray(value)) {
+    const items = value.map(escapeKeys);
+    return items.some((v, i) => v !== value[i]) ? items : value;
+  }
+  if (value === null || typeof value !== 'object') return value;
+  const entries = Object.entries(value);
+  const escaped = entries.map(([k, v]): [string, unknown] => [UNSAFE_KEY.test(k) ? escapeKey(k) : k, escapeKeys(v)]);
+  return escaped.some(([k, v], i) => k !== entries[i]![0] || v !== entries[i]![1]) ? Object.fromEntries(escaped) : value;
+}
+
+/** The inverse of escapeKeys, for a document stored `_escaped`. */
+function unescapeKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(unescapeKeys);
+  if (value === null || typeof value !== 'object') return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [unescapeKey(k), unescapeKeys(v)]));
+}
+
+/** A stored document as queries return it: its keys as written (see escapeKeys), without the marker. */
+function visible<T extends Doc>(doc: Document): Stored<T> {
+  if (doc._escaped !== true) return doc as Stored<T>;
+  const { _escaped: _, ...fields } = doc;
+  return unescapeKeys(fields) as Stored<T>;
 }
 
 function path(field: string): string {
@@ -617,7 +663,7 @@ async function findIn<T extends Doc>(collection: Collection<StoredDoc>, options:
   const sort: Sort = field === 'id' ? { _id: direction } : { [path(field)]: direction, _id: direction };
   const limit = options.limit ?? 100;
   const docs = await collection.find(filter as Filter<StoredDoc>, { projection: VISIBLE, sort, limit: limit + 1, session }).toArray();
-  const items = docs.slice(0, limit) as unknown as Array<Stored<T>>;
+  const items = docs.slice(0, limit).map((doc) => visible<T>(doc));
   const last = items.at(-1);
   const next = docs.length > limit && last ? encodeCursor(field === 'id' ? last.id : getPath(last, field), last.id) : null;
   return { items, next_cursor: next };

@@ -5,6 +5,10 @@
  * Every document remembers the log position of the last event applied to it (`_position`); writes
  * are guarded by it, so applying an event twice changes nothing. Deletes leave a tombstone for the
  * same reason; tombstones are invisible to queries.
+ *
+ * A document is stored as its JSON (undefined dropped, dates as strings) and read back as written, whatever its keys
+ * (values clients chose may have keys with a NUL, a `.`, a leading `$`); queries name fields by plain paths only.
+ * Fields beginning with `_` are the stores' own.
  */
 export interface Doc {
   id: string;

@@ -522,6 +522,78 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.match(await store.get('restored_docs', 'd1'), { v: 'from this log' }, 'queries read the rebuilt generation');
     t.equal(await store.rebuildCheckpoint('restored'), undefined);
   });
+
+  // Ids, keys and values that clients choose: Unicode names, configuration values (any JSON, up to 1 MiB).
+  await t.test('Unicode ids and values, keys of any kind and large documents: stored, found and ordered alike', async (t) => {
+    await store.register('shapes', [{ name: 'shapes_docs', indexes: [['label']] }]);
+    const ids = ['e', 'é', 'z', 'Ω', '中', '\uFFFD', '\u{1D538}', 'a b', 'A', '0'];
+    const value = {
+      'a\u0000b': 1, 'dotted.key': { '$set': { x: 1 } }, '$inc': [{ '': 'empty key', '50%': '%2E' }], '%': '%', 'Zoë 🎉 鍵': 'Unicode',
+      big: 'x'.repeat(1 << 20), many: Array.from({ length: 10_000 }, (_, i) => ({ i })),
+    };
+    t.equal(await apply('shapes', 9, async (w) => {
+      for (const [i, id] of ids.entries()) await w.put('shapes_docs', { id, label: ids[ids.length - 1 - i] }, 9);
+      await w.put('shapes_docs', { id: 'value', label: null, value }, 9);
+    }), true);
+    t.strictSame(await store.get('shapes_docs', 'value'), { id: 'value', label: null, value, _position: 9 }, 'keys, a 1 MiB string and 10,000 items as written');
+    t.strictSame((await store.find('shapes_docs', { where: { id: 'value' } })).items, [{ id: 'value', label: null, value, _position: 9 }], 'find answers them alike');
+    t.strictSame(await store.get('shapes_docs', '中'), { id: '中', label: ids[ids.length - 1 - ids.indexOf('中')], _position: 9 });
+    t.same((await store.find('shapes_docs', { where: { label: 'é' } })).items.map((d) => d.id), [ids[ids.length - 1 - ids.indexOf('é')]], 'where on a Unicode value');
+    // Code point order (UTF-8 bytes), in both stores: not JavaScript's `<` (UTF-16 units), which puts U+1D538 before U+FFFD.
+    const byCodePoint = (a: string, b: string) => { const [x, y] = [[...a].map((c) => c.codePointAt(0)!), [...b].map((c) => c.codePointAt(0)!)];
+      for (let i = 0; i < Math.min(x.length, y.length); i++) if (x[i] !== y[i]) return x[i]! - y[i]!;
+      return x.length - y.length; };
+    const all = [...ids, 'value'].sort(byCodePoint);
+    for (const limit of [1, 3, all.length, all.length + 1]) {
+      t.same(await pageAll(store, { limit }, 'shapes_docs'), all, `ids ascending by ${limit}`);
+      t.same(await pageAll(store, { sort: { field: 'id', order: 'desc' }, limit }, 'shapes_docs'), [...all].reverse(), `ids descending by ${limit}`);
+    }
+    const labelled = [...ids].sort(byCodePoint).map((label) => ids[ids.length - 1 - ids.indexOf(label)]!);
+    for (const limit of [1, 4]) {
+      t.same(await pageAll(store, { sort: { field: 'label', order: 'asc' }, limit }, 'shapes_docs'), ['value', ...labelled], `labels ascending by ${limit}`);
+      t.same(await pageAll(store, { sort: { field: 'label', order: 'desc' }, limit }, 'shapes_docs'), [...labelled].reverse().concat('value'), `labels descending by ${limit}`);
+    }
+  });
+
+  // A batch's unit of work stays open while its projection awaits (MongoDB round trips; a provider call in `apply`).
+  await t.test('readers during an open batch see none of it, and nothing of it once it fails', async (t) => {
+    await store.register('held', [{ name: 'held_docs', indexes: [['n']] }]);
+    t.equal(await apply('held', 10, async (w) => { for (const id of ['h1', 'h2']) await w.put('held_docs', { id, n: 1 }, 10); }), true);
+    const before = { h1: await store.get('held_docs', 'h1'), page: await store.find('held_docs', { where: { n: 1 } }), count: await store.count('held_docs') };
+    const now = async () => ({ h1: await store.get('held_docs', 'h1'), page: await store.find('held_docs', { where: { n: 1 } }), count: await store.count('held_docs') });
+    for (const outcome of ['fails', 'commits'] as const) {
+      let opened!: () => void;
+      let release!: () => void;
+      const open = new Promise<void>((resolve) => { opened = resolve; });
+      const held = new Promise<void>((resolve) => { release = resolve; });
+      const batch = apply('held', 20, async (w) => {
+        await w.put('held_docs', { id: 'h3', n: 1 }, 20);
+        await w.put('held_docs', { id: 'h1', n: 2 }, 20);
+        await w.delete('held_docs', 'h2', 20);
+        opened();
+        await held; // e.g. an embeddings call
+        if (outcome === 'fails') throw new Error('provider down');
+      });
+      await open;
+      if (subject.atomicBatches) {
+        t.same(await now(), before, `while the batch that ${outcome} is open: get, find and count answer as before it`);
+      } else {
+        t.comment('without transactions (MongoDB standalone) readers see a batch\'s documents as they are written');
+      }
+      release();
+      if (outcome === 'fails') {
+        await t.rejects(batch, /provider down/);
+        if (subject.atomicBatches) t.same(await now(), before, 'and after it failed');
+      } else {
+        t.equal(await batch, true);
+        t.same(await now(), {
+          h1: { id: 'h1', n: 2, _position: 20 },
+          page: { items: [{ id: 'h3', n: 1, _position: 20 }], next_cursor: null },
+          count: 2,
+        }, 'all of it once it committed');
+      }
+    }
+  });
 }
 
 /** Ids in the adapters' order: the field (nulls first ascending, last descending), then id, same direction. */
@@ -533,11 +605,11 @@ function inOrder(docs: Doc[], field: string, order: 'asc' | 'desc'): string[] {
 }
 
 /** Follows next_cursor to the end; fails on a page that repeats or a cursor loop. */
-async function pageAll(store: ReadStore, options: FindOptions): Promise<string[]> {
+async function pageAll(store: ReadStore, options: FindOptions, collection = 'docs'): Promise<string[]> {
   const seen: string[] = [];
   let cursor: string | undefined;
   for (let pages = 0; pages < 100; pages++) {
-    const page = await store.find('docs', { ...options, ...(cursor ? { cursor } : {}) });
+    const page = await store.find(collection, { ...options, ...(cursor ? { cursor } : {}) });
     seen.push(...page.items.map((d) => d.id));
     if (!page.next_cursor) return seen;
     cursor = page.next_cursor;
