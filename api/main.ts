@@ -17,6 +17,11 @@ function configOrExit(): Config {
 const config = configOrExit();
 const log = createLogger(config.logLevel);
 const cairn = await startCairn({ config, log }).catch((error: unknown) => {
+  // A connection string the driver refuses as it opens the store.
+  if (error instanceof ConfigError) {
+    process.stderr.write(`cairn: configuration error: ${error.message}\n`);
+    process.exit(1);
+  }
   // What the operator can act on is one line, like a configuration error; a defect keeps its stack trace.
   const problem = startupProblem(error, config);
   if (problem === undefined) throw error;

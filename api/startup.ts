@@ -1,18 +1,25 @@
 import { basename } from 'node:path';
 import type { Config } from '../infra/config.js';
 import { storeFileOf } from '../infra/stores.js';
+import { EventStoreTimeoutError } from '../infra/eventstore/errors.js';
 import { ReadModelsAheadError } from '../projections/ahead.js';
+import { describeError } from '../projections/health.js';
 
 type SystemError = Error & { code?: string; syscall?: string; path?: string; address?: string; port?: number };
 
 /**
  * What an operator can act on when the server cannot start, as one line (like a configuration error): a port
  * in use or not permitted, a DATA_DIR that cannot be written, an embedded store file that is not a database,
- * read models ahead of their log. Anything else (a defect) is left to the stack trace: undefined.
+ * read models ahead of their log, an EventStoreDB or MongoDB server that cannot be reached. Anything else (a defect) is left to the stack trace: undefined.
  */
 export function startupProblem(error: unknown, config: Pick<Config, 'host' | 'port' | 'memoryPort' | 'dataDir'>): string | undefined {
   if (error instanceof ReadModelsAheadError) return error.message;
   if (!(error instanceof Error)) return undefined;
+  // A store server that is down or unreachable at start (first line, credentials redacted: describeError).
+  if (error instanceof EventStoreTimeoutError) return `EVENTSTORE_URL: ${describeError(error)}; check that EventStoreDB is running and reachable from here`;
+  if (['MongoServerSelectionError', 'MongoNetworkError', 'MongoNetworkTimeoutError'].includes(error.name)) {
+    return `MONGODB_URL: MongoDB could not be reached (${describeError(error)}); check that it is running and reachable from here`;
+  }
   const { code, syscall, path, port } = error as SystemError;
   if (syscall === 'listen' && port !== undefined) {
     const variable = port === config.port ? 'PORT' : port === config.memoryPort ? 'MEMORY_PORT' : 'the port';
@@ -21,6 +28,10 @@ export function startupProblem(error: unknown, config: Pick<Config, 'host' | 'po
     if (code === 'EACCES') return `listening on ${where} is not permitted (EACCES): ports below 1024 need privileges; use a higher port`;
     if (code === 'EADDRNOTAVAIL') return `HOST ${config.host} is not an address of this machine (EADDRNOTAVAIL)`;
     return undefined;
+  }
+  // listen() looks HOST up when it is a name: one that does not resolve.
+  if (syscall === 'getaddrinfo' && (error as SystemError & { hostname?: string }).hostname === config.host) {
+    return `HOST ${config.host} cannot be resolved (${code}): set HOST to an address of this machine (127.0.0.1, 0.0.0.0, ::) or a name that resolves to one`;
   }
   // mkdir of DATA_DIR, or SQLite opening a file in it.
   if (path !== undefined && ['EACCES', 'EPERM', 'EROFS', 'ENOTDIR', 'ENOSPC', 'EEXIST'].includes(code ?? '')) {

@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { redactSecrets } from './redact.js';
 
 /** Every setting Cairn reads, from the environment. README's configuration table lists the same names. */
 export interface Config {
@@ -58,6 +59,8 @@ export interface ProvidersConfig {
     timeoutMs: number;
     /** Further attempts after a 429 or 5xx reply. */
     maxRetries: number;
+    /** Bytes of memory texts a chat prompt is given at most (CHAT_MEMORY_MAX_BYTES): the best ranked that fit. */
+    chatMemoryMaxBytes: number;
   };
   embeddings: {
     provider: EmbeddingsProviderKind;
@@ -82,12 +85,15 @@ function logLevel(env: NodeJS.ProcessEnv): string {
   return value;
 }
 
+/**
+ * Decimal digits only, surrounding whitespace trimmed; unset, empty or blank is the default (as for every other
+ * setting). Number() alone would take " " as 0 (PORT=" " listening on a random port), and "0x10", "1e3", "1.0" or "+5".
+ */
 function int(name: string, fallback: number, env: NodeJS.ProcessEnv): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0) throw new ConfigError(`${name} must be a non-negative integer, got "${raw}"`);
-  return value;
+  const raw = optional(env[name]);
+  if (raw === undefined) return fallback;
+  if (!/^[0-9]+$/.test(raw)) throw new ConfigError(`${name} must be a non-negative integer, got "${env[name]}"`);
+  return Number(raw);
 }
 
 function bounded(name: string, fallback: number, min: number, max: number, env: NodeJS.ProcessEnv): number {
@@ -125,10 +131,39 @@ function embeddingsProvider(env: NodeJS.ProcessEnv): EmbeddingsProviderKind {
   return raw;
 }
 
+/** A URL as a message may show it: its user and password, and its query (which may carry keys), left out. */
+function shown(url: string): string {
+  return JSON.stringify(redactSecrets(url));
+}
+
+/**
+ * LLM_BASE_URL, EMBEDDINGS_BASE_URL: an http(s) URL that paths such as `/chat/completions` are appended to, so
+ * without a query or fragment (they would end up before the path). Checked at start: a value like
+ * `localhost:11434/v1` (no scheme) would otherwise fail every ingest, chat or embedding as "unreachable".
+ */
+function baseUrl(name: string, env: NodeJS.ProcessEnv): string | undefined {
+  const value = optional(env[name])?.replace(/\/+$/, '');
+  if (value === undefined) return undefined;
+  let url: URL | undefined;
+  try { url = new URL(value); } catch { /* reported below */ }
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || !url.hostname) {
+    throw new ConfigError(`${name} must be an http or https URL (the OpenAI-style base including /v1, e.g. http://localhost:11434/v1), got ${shown(value)}`);
+  }
+  if (url.username || url.password) {
+    // fetch refuses a URL with credentials: every call would fail as "unreachable".
+    const key = name === 'LLM_BASE_URL' ? 'LLM_API_KEY' : 'EMBEDDINGS_API_KEY';
+    throw new ConfigError(`${name} must not carry a user or password (requests cannot be sent to such a URL): give the key in ${key}, got ${shown(value)}`);
+  }
+  if (url.search || url.hash || value.includes('?') || value.includes('#')) {
+    throw new ConfigError(`${name} must not have a query or fragment: paths such as /chat/completions are appended to it, got ${shown(value)}`);
+  }
+  return value;
+}
+
 function loadProviders(env: NodeJS.ProcessEnv): ProvidersConfig {
-  const llmBaseUrl = optional(env.LLM_BASE_URL)?.replace(/\/+$/, '');
+  const llmBaseUrl = baseUrl('LLM_BASE_URL', env);
   const provider = embeddingsProvider(env);
-  const embeddingsBaseUrl = optional(env.EMBEDDINGS_BASE_URL)?.replace(/\/+$/, '') ?? llmBaseUrl;
+  const embeddingsBaseUrl = baseUrl('EMBEDDINGS_BASE_URL', env) ?? llmBaseUrl;
   if (provider === 'openai' && !embeddingsBaseUrl) throw new ConfigError('EMBEDDINGS_PROVIDER=openai needs EMBEDDINGS_BASE_URL or LLM_BASE_URL');
   return {
     llm: {
@@ -139,6 +174,8 @@ function loadProviders(env: NodeJS.ProcessEnv): ProvidersConfig {
       // longer setting would fail at 300 s as "unreachable"): a non-streamed completion must begin within that.
       timeoutMs: bounded('LLM_TIMEOUT_MS', 60_000, 1, 300_000, env),
       maxRetries: bounded('LLM_MAX_RETRIES', 2, 0, 10, env),
+      // At least one memory of the largest size (8,192 bytes) always fits; 819,200 is 100 of them (no bound at all).
+      chatMemoryMaxBytes: bounded('CHAT_MEMORY_MAX_BYTES', 32_768, 8_192, 819_200, env),
     },
     embeddings: {
       provider,
@@ -182,7 +219,7 @@ function authConfig(env: NodeJS.ProcessEnv): Config['auth'] {
     let url: URL | undefined;
     try { url = new URL(auth.jwksUrl); } catch { /* reported below */ }
     if (!url || (url.protocol !== 'https:' && !(url.protocol === 'http:' && isLoopback(url.hostname)))) {
-      throw new ConfigError(`AUTH_JWKS_URL must be an https URL (http only for a loopback host), got ${JSON.stringify(auth.jwksUrl)}`);
+      throw new ConfigError(`AUTH_JWKS_URL must be an https URL (http only for a loopback host), got ${shown(auth.jwksUrl)}`);
     }
     const missing = [auth.issuer ? [] : ['AUTH_ISSUER'], auth.audience ? [] : ['AUTH_AUDIENCE']].flat();
     if (missing.length > 0) {
@@ -196,16 +233,39 @@ function isLoopback(hostname: string): boolean {
   return hostname === 'localhost' || hostname === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname);
 }
 
+/**
+ * EVENTSTORE_URL, MONGODB_URL: a connection string of the driver's schemes. Checked here so that a wrong one is a
+ * configuration error naming the variable; the drivers' own errors come as stack traces, EventStoreDB's with the
+ * whole string (its password included) in them.
+ */
+function connectionString(name: string, schemes: string[], env: NodeJS.ProcessEnv): string | undefined {
+  const value = optional(env[name]);
+  if (value === undefined) return undefined;
+  if (!schemes.some((scheme) => value.toLowerCase().startsWith(`${scheme}://`))) {
+    throw new ConfigError(`${name} must start with ${schemes.map((s) => `${s}://`).join(' or ')}, got ${shown(value)}`);
+  }
+  return value;
+}
+
+/** The two APIs listen on two ports (0 takes a free port each). The same port twice would fail as "in use by another process". */
+function ports(env: NodeJS.ProcessEnv): { port: number; memoryPort: number } {
+  const port = bounded('PORT', 8080, 0, 65535, env);
+  const memoryPort = bounded('MEMORY_PORT', 8081, 0, 65535, env);
+  if (port !== 0 && port === memoryPort) {
+    throw new ConfigError(`PORT and MEMORY_PORT must differ (both are ${port}): the platform API and the memory service listen on a port each`);
+  }
+  return { port, memoryPort };
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     host: optional(env.HOST) ?? '127.0.0.1',
-    port: bounded('PORT', 8080, 0, 65535, env),
-    memoryPort: bounded('MEMORY_PORT', 8081, 0, 65535, env),
+    ...ports(env),
     dataDir: resolve(optional(env.DATA_DIR) ?? './data'),
-    eventStoreUrl: optional(env.EVENTSTORE_URL),
+    eventStoreUrl: connectionString('EVENTSTORE_URL', ['esdb', 'esdb+discover'], env),
     // At least long enough for a healthy server's round trip; at most what a timer can wait (see CONSISTENCY_TIMEOUT_MS).
     eventStoreTimeoutMs: bounded('EVENTSTORE_TIMEOUT_MS', 10_000, 100, 600_000, env),
-    mongodbUrl: optional(env.MONGODB_URL),
+    mongodbUrl: connectionString('MONGODB_URL', ['mongodb', 'mongodb+srv'], env),
     mongodbDb: optional(env.MONGODB_DB) ?? 'cairn',
     auth: authConfig(env),
     // 0: a read whose read model is behind answers 503 at once. Bounded: a timer past 2^31 - 1 ms fires at once.

@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import type { Config } from './config.js';
+import { ConfigError, type Config } from './config.js';
 import { EmbeddedEventStore } from './eventstore/embedded.js';
 import type { EventStore } from './eventstore/port.js';
 import { EmbeddedReadStore } from './readstore/embedded.js';
@@ -18,7 +18,12 @@ export async function openStores(
   const events = await openEventStore(config, options);
   try {
     const reads = config.mongodbUrl
-      ? await (await import('./readstore/mongo.js')).MongoReadStore.connect(config.mongodbUrl, config.mongodbDb)
+      ? await (await import('./readstore/mongo.js')).MongoReadStore.connect(config.mongodbUrl, config.mongodbDb).catch((error: unknown) => {
+        // The driver's checks of the URL (options, host list, "mongodb+srv" with a port): a setting, not a defect.
+        const name = (error as Error | null)?.name;
+        if (name === 'MongoParseError' || name === 'MongoInvalidArgumentError') throw new ConfigError(`MONGODB_URL is not a valid connection string: ${(error as Error).message}`);
+        throw error;
+      })
       : naming(join(config.dataDir, 'readmodels.db'), (file) => new EmbeddedReadStore(file, { checkpointer: options.checkpointer ?? true }));
     return { events, reads };
   } catch (error) {
@@ -35,7 +40,13 @@ export async function openEventStore(
 ): Promise<EventStore> {
   if (config.eventStoreUrl) {
     const { EsdbEventStore } = await import('./eventstore/esdb.js');
-    return new EsdbEventStore(config.eventStoreUrl, { timeoutMs: config.eventStoreTimeoutMs });
+    try {
+      return new EsdbEventStore(config.eventStoreUrl, { timeoutMs: config.eventStoreTimeoutMs });
+    } catch (error) {
+      // The constructor only parses the connection string; the client's error carries the whole string, password
+      // included (as `connectionString`): its message alone names the position and what was expected there.
+      throw new ConfigError(`EVENTSTORE_URL is not a valid connection string: ${(error as Error).message}`);
+    }
   }
   return naming(join(config.dataDir, 'events.db'), (file) => new EmbeddedEventStore(file, { appends: options.appends ?? true }));
 }

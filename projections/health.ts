@@ -1,5 +1,6 @@
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
+import { redactSecrets } from '../infra/redact.js';
 
 /** How often the projection thread tells the HTTP thread it is alive (any report counts). */
 export const HEARTBEAT_INTERVAL_MS = 1000;
@@ -221,12 +222,7 @@ const MESSAGE_LIMIT = 300;
 export function describeError(error: unknown): string {
   const name = error instanceof Error && error.name && error.name !== 'Error' ? error.name : '';
   const raw = error instanceof Error ? error.message : typeof error === 'string' ? error : 'a value that is not an Error was thrown';
-  let text = (raw.split(/\r?\n/, 1)[0] ?? '')
-    .replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^\s/?#@]*@/gi, '$1[redacted]@')
-    .replace(/\b([a-z][a-z0-9+.-]*:\/\/[^\s?#]*)\?[^\s#)]*/gi, '$1?[redacted]')
-    .replace(/\b(bearer|basic)\s+[^\s,;)]+/gi, '$1 [redacted]')
-    .replace(/\bsk[-_][A-Za-z0-9_-]{6,}/g, '[redacted]')
-    .replace(/\b(api[-_]?key|access[-_]?token|token|secret|password|passwd|pwd)(\s*[=:]\s*)[^\s&,;)]+/gi, '$1$2[redacted]')
+  let text = redactSecrets(raw.split(/\r?\n/, 1)[0] ?? '')
     .replace(/[\u0000-\u001f\u007f]/g, ' ')
     .trim();
   if (text.length > MESSAGE_LIMIT) text = `${text.slice(0, MESSAGE_LIMIT - 1)}…`;

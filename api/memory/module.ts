@@ -78,7 +78,7 @@ export async function createMemoryModule(deps: MemoryModuleDeps): Promise<Memory
     : undefined;
   return {
     sinks: { memories, vectors },
-    routes: memoryRoutes({ bus: deps.bus, reads, retrieval, chat, waitFor: deps.waitFor }),
+    routes: memoryRoutes({ bus: deps.bus, reads, retrieval, chat, chatMemoryBytes: llm.chatMemoryMaxBytes, waitFor: deps.waitFor }),
     retrieval,
   };
 }

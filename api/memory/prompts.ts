@@ -20,6 +20,22 @@ export function extractionMessages(text: string): ChatMessage[] {
  */
 const listItem = (text: string) => `- ${text.replace(/\r\n|\r|\n/g, '\n  ')}`;
 
+/**
+ * The memories a chat prompt is given: the best ranked first, as many as fit in `maxBytes` of their texts (UTF-8), the
+ * first always (a memory is at most 8,192 bytes, CHAT_MEMORY_MAX_BYTES at least that). It stops at the first that does
+ * not fit, so the memories given are always the best `n` of those retrieved.
+ */
+export function withinBudget(memories: ScoredMemory[], maxBytes: number): ScoredMemory[] {
+  let used = 0;
+  let n = 0;
+  for (const memory of memories) {
+    used += Buffer.byteLength(memory.text, 'utf8');
+    if (n > 0 && used > maxBytes) break;
+    n++;
+  }
+  return n === memories.length ? memories : memories.slice(0, n);
+}
+
 /** One completion: the personality and the retrieved memories in the system message, the query as the user's. */
 export function chatMessages(personality: string, memories: ScoredMemory[], query: string): ChatMessage[] {
   const parts: string[] = [];

@@ -15,7 +15,7 @@ import { route, type RouteDef } from '../http/routes.js';
 import { byteLimit, check, nonBlank, wellFormed } from '../http/validation.js';
 import { exportScope } from './export.js';
 import { parseFacts, UnparseableFactsError } from './facts.js';
-import { chatMessages, extractionMessages } from './prompts.js';
+import { chatMessages, extractionMessages, withinBudget } from './prompts.js';
 import { FUSION_DEPTH, toView, type Retrieval } from './retrieval.js';
 import {
   ChatResponse, ContextResponse, DeleteMemoryQuery, DeleteMemoryResponse, DeleteScopeResponse, ExportResponse, IngestBody,
@@ -29,6 +29,8 @@ export interface MemoryRouteDeps {
   retrieval: Retrieval;
   /** Absent when LLM_BASE_URL is not set. */
   chat?: ChatProvider;
+  /** How many bytes of memory texts a chat prompt is given at most (CHAT_MEMORY_MAX_BYTES; see withinBudget). */
+  chatMemoryBytes: number;
   /** `signal`: the call's (see Call.signal), so a client that hangs up releases the wait. */
   waitFor(projections: string[], position: number, signal?: AbortSignal): Promise<void>;
 }
@@ -256,7 +258,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/chat', operationId: 'chat', tag: TAG, auth: ['owner'],
       summary: 'Answer a query with one completion over the retrieved memories and the personality',
-      description: 'Retrieval as in POST /v1/search, then one non-streaming completion. Neither the query nor the answer is stored. An answer cut off by the provider\'s token limit is returned as it is (an empty one is a 500). 503 when no chat provider is configured.',
+      description: 'Retrieval as in POST /v1/search, then one non-streaming completion. The prompt is given the retrieved memories best first, as many as fit in CHAT_MEMORY_MAX_BYTES bytes of their texts (the best one always); `context.memories` are exactly those given, so it can hold fewer than `limit`. Neither the query nor the answer is stored. An answer cut off by the provider\'s token limit is returned as it is (an empty one is a 500). 503 when no chat provider is configured.',
       body: SearchBody, readModels: [MEMORIES_PROJECTION, PERSONALITY_PROJECTION],
       responses: { 200: { description: 'the answer and the context it was given', schema: ChatResponse } },
       errors: READ_ERRORS,
@@ -267,10 +269,14 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const chat = deps.chat;
         if (!chat) throw llmNotConfigured('chat');
         await retrieval.consistent(retrieval.readModels(mode, [PERSONALITY_PROJECTION]), signal);
-        const [memories, doc] = await Promise.all([
+        const [retrieved, doc] = await Promise.all([
           viaProvider(log, 'chat', () => retrieval.search(body.scope, body.query, mode, body.limit ?? DEFAULT_LIMIT, signal)),
           retrieval.personality(body.scope),
         ]);
+        const memories = withinBudget(retrieved, deps.chatMemoryBytes);
+        if (memories.length < retrieved.length) {
+          log.info({ retrieved: retrieved.length, given: memories.length, max_bytes: deps.chatMemoryBytes }, 'chat: memories left out of the prompt (CHAT_MEMORY_MAX_BYTES)');
+        }
         const personality = doc?.personality ?? '';
         const answer = await viaProvider(log, 'chat', () => chat.complete(chatMessages(personality, memories, body.query), { signal }));
         return { body: { answer, context: { personality, memories } } };

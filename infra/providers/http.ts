@@ -1,3 +1,5 @@
+import { redactUrlCredentials } from '../redact.js';
+
 /**
  * JSON over HTTP to OpenAI-compatible providers: one timeout per attempt (covering the reply body too),
  * a bound on the size of a reply, and a bounded retry with exponential backoff on 429 and 5xx (honouring
@@ -79,7 +81,6 @@ function retryDelay(attempt: number, baseMs: number, retryAfter: string | null):
 }
 
 /** The text with the user and password of any URL in it replaced: a base URL holding them is logged without. */
-const redacted = (text: string) => text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^\s/?#@]*@/gi, '$1[redacted]@');
 
 /**
  * The reply body as text, reading at most `limit` bytes (the rest is not read: the connection is closed).
@@ -128,12 +129,12 @@ export async function postJson(provider: string, options: HttpProviderOptions, p
       if (signal?.aborted) throw signal.reason;
       const name = (error as Error).name;
       if (name === 'TimeoutError' || name === 'AbortError') {
-        throw new ProviderError(provider, redacted(`${provider} provider did not answer within ${options.timeoutMs} ms (${url})`));
+        throw new ProviderError(provider, redactUrlCredentials(`${provider} provider did not answer within ${options.timeoutMs} ms (${url})`));
       }
       // fetch says only "fetch failed"; its cause says why (connection refused, unknown host, TLS, headers timeout...).
       const cause = (error as { cause?: unknown }).cause;
       const why = [(error as Error).message, ...(cause instanceof Error && cause.message ? [cause.message] : [])].join(': ');
-      throw new ProviderError(provider, redacted(`${provider} provider unreachable (${url}): ${why}`));
+      throw new ProviderError(provider, redactUrlCredentials(`${provider} provider unreachable (${url}): ${why}`));
     }
     if (status >= 200 && status < 300) {
       if (over) {

@@ -334,6 +334,44 @@ t.test('POST /v1/chat: one completion with personality and memories; stores neit
   t.equal((await app.memory('POST', '/v1/chat', { scope, query: 'peanuts' })).status, 500, 'an empty completion is a failure');
 });
 
+t.test('POST /v1/chat gives the prompt as many memories as fit in CHAT_MEMORY_MAX_BYTES, best first; the context says which', async (t) => {
+  const small = await startApp(llmEnv(server, { CHAT_MEMORY_MAX_BYTES: '8192' }));
+  t.teardown(() => small.stop());
+  // Texts of `bytes` bytes (é is two) that all match the query, so each is retrieved.
+  const text = (mark: string, bytes: number) => `budget ${mark} ${'é'.repeat((bytes - 8 - mark.length) >> 1)}${(bytes - 8 - mark.length) % 2 ? 'x' : ''}`;
+  const ask = async (scope: { agent: string; user: string }, limit: number) => {
+    const before = server.chatRequests().length;
+    server.chat.push('ok');
+    const res = await small.memory('POST', '/v1/chat', { scope, query: 'budget', limit });
+    t.equal(res.status, 200, res.text);
+    return { memories: res.body.context.memories as Array<{ text: string }>, prompt: server.chatRequests()[before]!.body.messages[0].content as string };
+  };
+
+  const exact = freshScope();
+  for (const mark of ['A', 'B', 'C']) t.equal((await small.memory('POST', '/v1/memories', { scope: exact, text: text(mark, 4096) })).status, 200);
+  t.equal(Buffer.byteLength(text('A', 4096)), 4096);
+  const two = await ask(exact, 3);
+  t.equal(two.memories.length, 2, 'two of 4,096 bytes: exactly at the limit, both given; the third would pass it');
+  for (const m of two.memories) t.ok(two.prompt.includes(m.text), 'each memory of the context is in the prompt');
+  const left = ['A', 'B', 'C'].map((mark) => text(mark, 4096)).find((x) => !two.memories.some((m) => m.text === x))!;
+  t.notOk(two.prompt.includes(left), 'the one left out is not in the prompt');
+  t.ok(small.logs.some((l) => l.msg === 'chat: memories left out of the prompt (CHAT_MEMORY_MAX_BYTES)' && l.retrieved === 3 && l.given === 2), 'logged');
+  t.equal((await ask(exact, 2)).memories.length, 2, 'limit 2: nothing left out');
+
+  const past = freshScope();
+  for (const [mark, bytes] of [['D', 4096], ['E', 4097]] as const) {
+    t.equal((await small.memory('POST', '/v1/memories', { scope: past, text: text(mark, bytes) })).status, 200);
+  }
+  t.equal((await ask(past, 5)).memories.length, 1, '4,096 + 4,097 bytes: one past the limit, only the best is given');
+
+  const full = freshScope();
+  t.equal((await small.memory('POST', '/v1/memories', { scope: full, text: text('F', 8192) })).status, 200);
+  t.equal((await ask(full, 5)).memories.length, 1, 'one memory of 8,192 bytes fits the smallest budget');
+
+  // The search itself is not cut: the same scope through /v1/context gives all three.
+  t.equal((await small.memory('POST', '/v1/context', { scope: exact, query: 'budget', limit: 3 })).body.memories.length, 3);
+});
+
 t.test('chat after a delete never sees the deleted memory: not in the prompt, not in the context', async (t) => {
   const scope = freshScope();
   const kept = await app.memory('POST', '/v1/memories', { scope, text: 'The user walks a greyhound every morning' });

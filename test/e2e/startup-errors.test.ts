@@ -49,3 +49,14 @@ t.test('what an operator can act on is one line on stderr and exit code 1, not a
     t.equal(notDb.stderr, `cairn: cannot start: DATA_DIR ${dir}: ${damaged} is not a SQLite database or is damaged (SQLITE_NOTADB: file is not a database)\n`, 'naming the file');
   }
 });
+
+t.test('a connection string the driver refuses, and a HOST that does not resolve: one line, no password, exit code 1', async (t) => {
+  const badUrl = await start({ DATA_DIR: join(parent, 'esdb'), EVENTSTORE_URL: 'esdb://admin:hunter2@es.example:notaport?tls=false' });
+  t.equal(badUrl.code, 1, 'exit code 1');
+  t.equal(badUrl.stderr, 'cairn: configuration error: EVENTSTORE_URL is not a valid connection string: Unexpected "notaport" at position 32, expected port number.\n',
+    'the client\'s ParseError (a stack trace with the whole string in it) as one line');
+
+  const host = await start({ DATA_DIR: join(parent, 'host'), HOST: 'no-such-host.invalid' });
+  t.equal(host.code, 1, 'exit code 1');
+  t.equal(host.stderr, 'cairn: cannot start: HOST no-such-host.invalid cannot be resolved (ENOTFOUND): set HOST to an address of this machine (127.0.0.1, 0.0.0.0, ::) or a name that resolves to one\n');
+});

@@ -82,6 +82,11 @@ t.test('timeouts and retries: bounded, since a timer past 2^31 - 1 ms fires at o
   t.equal(llm({ LLM_MAX_RETRIES: '0' }).maxRetries, 0);
   t.equal(llm({ LLM_MAX_RETRIES: '10' }).maxRetries, 10);
   t.throws(() => loadConfig({ LLM_MAX_RETRIES: '11' }), /LLM_MAX_RETRIES must be an integer from 0 to 10/);
+  t.equal(llm({}).chatMemoryMaxBytes, 32_768);
+  t.equal(llm({ CHAT_MEMORY_MAX_BYTES: '8192' }).chatMemoryMaxBytes, 8192);
+  t.equal(llm({ CHAT_MEMORY_MAX_BYTES: '819200' }).chatMemoryMaxBytes, 819_200);
+  t.throws(() => loadConfig({ CHAT_MEMORY_MAX_BYTES: '8191' }), /CHAT_MEMORY_MAX_BYTES must be an integer from 8192 to 819200/, 'the largest memory must fit');
+  t.throws(() => loadConfig({ CHAT_MEMORY_MAX_BYTES: '819201' }), /CHAT_MEMORY_MAX_BYTES must be an integer from 8192 to 819200/);
 });
 
 t.test('AUTH_JWT_SECRET: at least 32 bytes (RFC 7518 §3.2), counted in UTF-8 bytes', async (t) => {
