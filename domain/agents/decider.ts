@@ -1,7 +1,7 @@
 import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
 import { canonicalLanguage } from './language.js';
 import { nameProblem } from '../shared/text.js';
-import { MAX_AGENT_NAME } from './names.js';
+import { agentNameShapeProblem, MAX_AGENT_NAME } from './names.js';
 
 export const agentStream = (agentId: string) => `agent-${agentId}`;
 /** One stream per (project, name) holds the name's reservation: names are unique within a project. */
@@ -53,8 +53,22 @@ export type AgentNameState = { holder: string | null };
 
 /** The rules of a name, also for callers other than the HTTP API (which reports them per field first). */
 function requireValidName(name: string): void {
-  const problem = nameProblem(name, MAX_AGENT_NAME);
+  const problem = nameProblem(name, MAX_AGENT_NAME) ?? agentNameShapeProblem(name);
   if (problem) throw new DomainError('invalid', `agent name ${problem}`);
+}
+
+const GENDERS: ReadonlyArray<AgentProfile['gender']> = ['male', 'female', 'non_binary', null];
+
+/** The spec's limits on a profile (Big Five scores 0.0 to 1.0, all five; the three genders), whoever sends the command. */
+function requireValidProfile(profile: Omit<AgentProfile, 'owner'>): void {
+  const { big5 } = profile;
+  const traits = big5 !== null && typeof big5 === 'object' ? Object.keys(big5) : [];
+  const valid = traits.length === BIG5_TRAITS.length && BIG5_TRAITS.every((trait) => {
+    const score: unknown = big5[trait];
+    return typeof score === 'number' && score >= 0 && score <= 1; // NaN fails both comparisons
+  });
+  if (!valid) throw new DomainError('invalid', `agent big5 must hold exactly ${BIG5_TRAITS.join(', ')}, each a number from 0.0 to 1.0`);
+  if (!GENDERS.includes(profile.gender)) throw new DomainError('invalid', 'agent gender must be male, female, non_binary or none');
 }
 
 export const agentDecider: Decider<AgentState, CreateAgent, AgentEvent> = {
@@ -67,6 +81,7 @@ export const agentDecider: Decider<AgentState, CreateAgent, AgentEvent> = {
           throw new DomainError('conflict', `agent ${command.data.agent_id} already exists`);
         }
         requireValidName(command.data.name);
+        requireValidProfile(command.data);
         if (canonicalLanguage(command.data.language) !== command.data.language) {
           throw new DomainError('invalid', `agent language must be a BCP 47 tag in canonical form (e.g. "en-US"), not "${command.data.language}"`);
         }
@@ -93,7 +108,8 @@ export const agentNameDecider: Decider<AgentNameState, ReserveAgentName, AgentNa
     }
     return [{ type: 'AgentNameReserved', data: { project_id, name, agent_id, reserved_at: ctx.now } }];
   },
-  evolve(_state, event) {
-    return { holder: event.data.agent_id };
+  evolve(state, event) {
+    // Total: an event type this version does not know (a newer version's) changes nothing here.
+    return event.type === 'AgentNameReserved' ? { holder: event.data.agent_id } : state;
   },
 };

@@ -27,6 +27,26 @@ export type ApiKeyState =
 
 export const USE_RECORD_INTERVAL_MS = 60_000;
 
+const isCanonicalInstant = (value: string) => {
+  const time = Date.parse(value);
+  return !Number.isNaN(time) && new Date(time).toISOString() === value;
+};
+
+/** A SHA-256 digest in hex, as the key is stored; the displayed prefix is `sk_` and the first characters after it. */
+const KEY_HASH = /^[0-9a-f]{64}$/;
+export const MAX_KEY_PREFIX = 11;
+
+/**
+ * The event is written to the log forever: what the command carries as the key's hash and prefix must be
+ * a hash and a short prefix, so that no caller can put the key itself (or most of it) into the log.
+ */
+function requireNoSecret(data: CreateApiKey['data']): void {
+  if (!KEY_HASH.test(data.key_hash)) throw new DomainError('invalid', 'api key hash must be a SHA-256 digest in lower-case hex (never the key itself)');
+  if (!data.key_prefix.startsWith('sk_') || data.key_prefix.length > MAX_KEY_PREFIX) {
+    throw new DomainError('invalid', `api key prefix must be "sk_" and the next characters of the key, at most ${MAX_KEY_PREFIX} characters in all`);
+  }
+}
+
 export const apiKeyDecider: Decider<ApiKeyState, ApiKeyCommand, ApiKeyEvent> = {
   initialState: () => ({ status: 'none' }),
   decide(command, state, ctx): ApiKeyEvent[] {
@@ -39,6 +59,12 @@ export const apiKeyDecider: Decider<ApiKeyState, ApiKeyCommand, ApiKeyEvent> = {
         // Every way of creating a key (API, operator CLI) gets a label that shows what it is in listings.
         const problem = nameProblem(command.data.name, MAX_API_KEY_NAME);
         if (problem) throw new DomainError('invalid', `api key name ${problem}`);
+        requireNoSecret(command.data);
+        const { expires_at: expiresAt } = command.data;
+        // Stored as the API returns it, and a key is never born expired (the API and the CLI check this against their clock first).
+        if (expiresAt !== null && !(isCanonicalInstant(expiresAt) && Date.parse(expiresAt) > Date.parse(ctx.now))) {
+          throw new DomainError('invalid', `api key expires_at must be a date-time in ISO 8601 UTC form (2030-01-01T00:00:00.000Z) after its creation (${ctx.now})`);
+        }
         return [{ type: 'ApiKeyCreated', data: { ...command.data, created_by: ctx.actor, created_at: ctx.now, request_key: ctx.request_key, request_hash: ctx.request_hash } }];
       }
       case 'RevokeApiKey':
@@ -46,7 +72,8 @@ export const apiKeyDecider: Decider<ApiKeyState, ApiKeyCommand, ApiKeyEvent> = {
         if (state.status === 'revoked') return [];
         return [{ type: 'ApiKeyRevoked', data: { ...command.data, revoked_by: ctx.actor, revoked_at: ctx.now } }];
       case 'RecordApiKeyUse': {
-        if (state.status !== 'active') return [];
+        // Only the key's own project's use is recorded: the event names the project it was used in.
+        if (state.status !== 'active' || state.project_id !== command.data.project_id) return [];
         const last = state.last_used_at ? Date.parse(state.last_used_at) : 0;
         if (Date.parse(ctx.now) - last < USE_RECORD_INTERVAL_MS) return [];
         return [{ type: 'ApiKeyUsed', data: { ...command.data, used_at: ctx.now } }];

@@ -32,6 +32,19 @@ export function valueHash(value: unknown): string {
   return hash;
 }
 
+/** Config keys: 1-256 of `A-Z a-z 0-9 _ . : -`, other than "." and ".." (URL clients resolve those as path segments). */
+export const CONFIG_KEY_PATTERN = '^(?!\\.\\.?$)[A-Za-z0-9_.:-]{1,256}$';
+const CONFIG_KEY = new RegExp(CONFIG_KEY_PATTERN);
+
+/** The rules of a key and a value, whoever sends the command (the HTTP API reports them per field first). */
+function requireValid(command: ConfigCommand): void {
+  if (!CONFIG_KEY.test(command.data.key)) throw new DomainError('invalid', 'config key must be 1-256 of A-Z a-z 0-9 _ . : -, other than "." and ".."');
+  // A value is a JSON value: undefined, a function, a symbol or a bigint has no JSON text, so it could be neither hashed nor stored.
+  if (command.type === 'SetConfigValue' && ['undefined', 'function', 'symbol', 'bigint'].includes(typeof command.data.value)) {
+    throw new DomainError('invalid', 'config value must be a JSON value');
+  }
+}
+
 const notFound = (key: string) => new DomainError('not_found', `config key ${key} not found`);
 
 /**
@@ -53,6 +66,7 @@ function rememberRequest(state: ConfigState, requestKey: string, change: Remembe
 export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
   initialState: () => ({ values: new Map(), changedBy: new Map(), requests: new Map() }),
   decide(command, state, ctx): ConfigEvent[] {
+    requireValid(command);
     const { key } = command.data;
     const remembered = state.requests.get(ctx.request_key);
     const hash = command.type === 'SetConfigValue' ? valueHash(command.data.value) : undefined;
@@ -83,6 +97,8 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
   // Safe with the command bus: a state is only evolved from the newest cached state, and a failed append
   // drops that cache entry and reloads from the log.
   evolve(state, event) {
+    // Total: an event type this version does not know (a newer version's) changes nothing here.
+    if (event.type !== 'ConfigValueSet' && event.type !== 'ConfigValueDeleted' && event.type !== 'ConfigValueDeletionRefused') return state;
     if (event.type === 'ConfigValueDeletionRefused') {
       // Changes no value, nor which request last changed the key: only what a repeat of this request answers.
       if (isRepeatable(event.data.request_key)) rememberRequest(state, event.data.request_key, { type: event.type, key: event.data.key });

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { DomainError, isRepeatable, type Decider, type DomainEvent } from '../shared/decider.js';
+import { unpairedSurrogate } from '../shared/text.js';
 
 /**
  * One stream per scope. '/' cannot occur in scope ids (they are `[A-Za-z0-9_.-]`), so two different
@@ -181,6 +182,67 @@ function rememberRequest(state: MemoryState, request: string | undefined, what: 
   if (state.requests.size > MAX_REMEMBERED_REQUESTS) state.requests.delete(state.requests.keys().next().value!);
 }
 
+const SCOPE_ID = new RegExp(SCOPE_ID_PATTERN);
+const MEMORY_ID = new RegExp(MEMORY_ID_PATTERN);
+const utf8Bytes = (value: string) => Buffer.byteLength(value, 'utf8');
+
+/** A memory text (or fact) as stored: trimmed and NFC-normalised, not empty, well-formed, at most MAX_TEXT_BYTES bytes (bytes, not characters). */
+function storedTextProblem(text: string): string | undefined {
+  if (text !== normalizeText(text)) return 'must be trimmed and NFC-normalised';
+  if (text === '') return 'must not be empty or only whitespace';
+  if (utf8Bytes(text) > MAX_TEXT_BYTES) return `must be at most ${MAX_TEXT_BYTES} bytes (is ${utf8Bytes(text)})`;
+  return unpairedSurrogate(text)?.message;
+}
+
+/** A session label: none (null), or a non-empty, well-formed label of at most MAX_SESSION_BYTES bytes. */
+function sessionProblem(session: string | null | undefined): string | undefined {
+  if (session === undefined || session === null) return undefined;
+  if (session === '') return 'must be null rather than empty (no label)';
+  if (utf8Bytes(session) > MAX_SESSION_BYTES) return `must be at most ${MAX_SESSION_BYTES} bytes (is ${utf8Bytes(session)})`;
+  return unpairedSurrogate(session)?.message;
+}
+
+/**
+ * The spec's rules on what a command stores, checked here as well as in the HTTP layer (which reports them
+ * per field first), so no caller can write a memory, fact, label or personality the service would refuse.
+ */
+function requireValid(command: MemoryCommand): void {
+  const problems: string[] = [];
+  const add = (what: string, problem: string | undefined) => { if (problem !== undefined) problems.push(`${what} ${problem}`); };
+  for (const part of ['agent', 'user'] as const) {
+    if (!SCOPE_ID.test(command.data[part])) problems.push(`scope ${part} must be 1-128 of A-Z a-z 0-9 _ . -`);
+  }
+  switch (command.type) {
+    case 'StoreMemory':
+      if (command.data.memory_id !== undefined && !MEMORY_ID.test(command.data.memory_id)) problems.push('memory id must be 1-128 of A-Z a-z 0-9 _ . : -');
+      add('memory text', storedTextProblem(command.data.text));
+      add('session', sessionProblem(command.data.session));
+      break;
+    case 'IngestFacts':
+      if (command.data.facts.length > MAX_FACTS_PER_INGEST) problems.push(`an ingest must store at most ${MAX_FACTS_PER_INGEST} facts (has ${command.data.facts.length})`);
+      command.data.facts.forEach((fact, i) => add(`fact ${i + 1}`, storedTextProblem(fact)));
+      add('session', sessionProblem(command.data.session));
+      break;
+    case 'DeleteMemory':
+      // An id that cannot exist is simply not found (the 404 the spec names), not refused as invalid.
+      break;
+    case 'SetPersonality': {
+      const { personality } = command.data;
+      if (personality.trim() === '') problems.push('personality must not be empty or only whitespace');
+      else if (utf8Bytes(personality) > MAX_PERSONALITY_BYTES) problems.push(`personality must be at most ${MAX_PERSONALITY_BYTES} bytes (is ${utf8Bytes(personality)})`);
+      add('personality', unpairedSurrogate(personality)?.message);
+      break;
+    }
+    case 'DeleteScope':
+      break;
+    default: {
+      const _exhaustive: never = command;
+      throw new Error(`unknown command ${JSON.stringify(_exhaustive)}`);
+    }
+  }
+  if (problems.length > 0) throw new DomainError('invalid', problems.join('; '));
+}
+
 const withRequest = (request: string | undefined) => (request === undefined ? {} : { request_fingerprint: request });
 
 const memoryNotFound = (memoryId: string) => new DomainError('not_found', `memory ${memoryId} does not exist in this scope`);
@@ -199,6 +261,7 @@ export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
   initialState: () => ({ memories: new Map(), byText: new Map(), personality: null, requests: new Map() }),
 
   decide(command, state, ctx): MemoryEvent[] {
+    requireValid(command);
     const scope = { agent: command.data.agent, user: command.data.user };
     switch (command.type) {
       case 'StoreMemory': {

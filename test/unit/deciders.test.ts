@@ -48,7 +48,7 @@ t.test('projects', async (t) => {
 
 t.test('api keys', async (t) => {
   const spec = deciderSpec(t, apiKeyDecider);
-  const data = { key_id: 'k1', project_id: 'p1', tenant_id: 't1', name: 'n', key_prefix: 'sk_abc', key_hash: 'h', scopes: ['*'], expires_at: null };
+  const data = { key_id: 'k1', project_id: 'p1', tenant_id: 't1', name: 'n', key_prefix: 'sk_abc', key_hash: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855', scopes: ['*'], expires_at: null };
   const created: ApiKeyCreated = { type: 'ApiKeyCreated', data: { ...data, created_by: ctx.actor, created_at: ctx.now, request_key: 'r1', request_hash: 'h1' } };
   spec.given([]).when({ type: 'CreateApiKey', data }).then([created]);
   spec.given([]).when({ type: 'CreateApiKey', data: { ...data, name: ' \t' } }).thenThrows('invalid');

@@ -7,7 +7,7 @@ import {
   agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, type AgentEvent, type AgentProfile, type AgentState,
 } from '../../../domain/agents/decider.js';
 import { canonicalLanguage } from '../../../domain/agents/language.js';
-import { agentNameForm, MAX_AGENT_NAME } from '../../../domain/agents/names.js';
+import { agentNameForm, agentNameShapeProblem, MAX_AGENT_NAME } from '../../../domain/agents/names.js';
 import { findAll } from '../../../infra/readstore/port.js';
 import type { AgentDoc } from '../../../projections/agents/projection.js';
 import { badRequest, notFound } from '../../http/problem.js';
@@ -70,13 +70,13 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         await requireProjectForCommand(deps, principal, projectId);
         const name = agentNameForm(body.name);
         const language = canonicalLanguage(body.language ?? 'en');
+        // Not a UUID, not "." or ".." (also sent as %2E): GET /agents/{agentId} takes either.
+        const shape = agentNameShapeProblem(name);
         check(
           // Blank, too long (in the stored form), unpaired surrogates (which hashing and UTF-8 URLs turn into
           // U+FFFD: such a name would collide with others and could not be looked up), invisible characters.
           ...nameErrors('body.name', body.name, MAX_AGENT_NAME),
-          UUID_PATTERN.test(name) ? { location: 'body.name', message: 'must not look like a UUID (names and ids share GET /agents/{agentId})', value: body.name } : undefined,
-          // URL clients resolve "." and ".." (also as %2E) as path segments: GET /agents/{agentId} could never name them.
-          name === '.' || name === '..' ? { location: 'body.name', message: 'must not be "." or ".." (URL clients resolve them as path segments)', value: body.name } : undefined,
+          shape ? { location: 'body.name', message: shape, value: body.name } : undefined,
           language === undefined ? { location: 'body.language', message: 'must be a valid BCP 47 language tag with an ISO 639 language code (e.g. "en", "en-US", "zh-Hant-TW")', value: body.language } : undefined,
         );
         const agentId = uuidv5(`${projectId}/${meta.request_key}`, AGENT_ID_NAMESPACE);

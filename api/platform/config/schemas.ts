@@ -1,8 +1,7 @@
 import Type from 'typebox';
 import { Uuid } from '../../shared/schemas.js';
 
-/** Not "." or "..": URL clients resolve those (also written %2E) as path segments, so no request could name them. */
-export const CONFIG_KEY_PATTERN = '^(?!\\.\\.?$)[A-Za-z0-9_.:-]{1,256}$';
+import { CONFIG_KEY_PATTERN } from '../../../domain/config/decider.js';
 
 export const ConfigParams = Type.Object({ projectId: Uuid }, { additionalProperties: false });
 export const ConfigKeyParams = Type.Object({
