@@ -139,7 +139,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/search', operationId: 'searchMemories', tag: TAG, auth: ['owner'],
       summary: 'Search the scope\'s memories (lexical, semantic or hybrid)',
-      description: `\`lexical\` (default): BM25 over the scope's live memories. \`semantic\`: cosine similarity of embeddings (no threshold: weak matches still rank). \`hybrid\`: reciprocal rank fusion of both ranks with k = 60, score = Σ 1/(60 + rank), rank from 1, over the top ${FUSION_DEPTH} (or \`limit\`, if larger) of each ranking. Scores are not comparable across modes. Sees every write acknowledged before the request (waits up to CONSISTENCY_TIMEOUT_MS, else 503).`,
+      description: `\`lexical\` (default): BM25 over the scope's live memories. \`semantic\`: cosine similarity of embeddings (no threshold: weak matches still rank). \`hybrid\`: reciprocal rank fusion of both ranks with k = 60, score = Σ 1/(60 + rank), rank from 1, over the top ${FUSION_DEPTH} (or \`limit\`, if larger) of each ranking; hits of equal score in a ranking share the rank of the first of them (1, 1, 3). A memory whose text has no words (\`...\`) has a zero vector and is never a semantic hit; a query without words (\`???\`) finds nothing in any mode. Scores are not comparable across modes. Sees every write acknowledged before the request (waits up to CONSISTENCY_TIMEOUT_MS, else 503).`,
       body: SearchBody, readModels: [MEMORIES_PROJECTION],
       responses: { 200: { description: 'scored memories, best first', schema: SearchResponse } },
       errors: READ_ERRORS,

@@ -66,7 +66,7 @@ export type MemoryView = Static<typeof MemoryView>;
 
 export const ScoredMemory = Type.Object({
   ...MemoryView.properties,
-  score: Type.Number({ description: 'higher is better; scales differ by mode and are not probabilities' }),
+  score: Type.Number({ description: 'higher is better; scales differ by mode and are not probabilities: lexical BM25 above 0 without an upper bound, semantic cosine from -1 to 1, hybrid above 0 and at most 2/61. Equal scores are ordered by memory id, ascending' }),
 });
 export type ScoredMemory = Static<typeof ScoredMemory>;
 

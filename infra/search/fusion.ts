@@ -5,11 +5,17 @@ export const RRF_K = 60;
 /**
  * Reciprocal rank fusion: score(d) = Σ over the lists that contain d of 1 / (k + rank), rank starting at 1.
  * Only ranks count, so lists with incomparable scores (BM25, cosine) combine without calibration.
+ * Each list is best first; hits of equal score share the rank of the first of them (1, 1, 3), so a tie that
+ * a list broke by id gives no memory a lead: the other list decides between them.
  */
 export function reciprocalRankFusion(lists: Hit[][], limit: number, k = RRF_K): Hit[] {
   const fused = new Map<string, number>();
   for (const list of lists) {
-    list.forEach((hit, i) => fused.set(hit.id, (fused.get(hit.id) ?? 0) + 1 / (k + i + 1)));
+    let rank = 0;
+    list.forEach((hit, i) => {
+      if (i === 0 || hit.score !== list[i - 1]!.score) rank = i + 1;
+      fused.set(hit.id, (fused.get(hit.id) ?? 0) + 1 / (k + rank));
+    });
   }
   return [...fused].map(([id, score]) => ({ id, score }))
     .sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))

@@ -21,6 +21,14 @@ const B = 0.75;
 const TF_BITS = 65536;
 
 /**
+ * Dead slots a scope keeps before its postings are compacted (once they also outnumber the live ones: the
+ * compaction's cost is then paid for by the removals since the last one). Small, because most scopes hold
+ * few memories that are often updated: at 1,024, a scope of one memory updated every turn kept a thousand
+ * dead versions of it (half a megabyte, and every word they held).
+ */
+const COMPACT_MIN_DEAD = 32;
+
+/**
  * One scope's inverted index. Documents live in slots; a removed document's slot is marked dead and
  * skipped, its terms' document frequencies are decremented at once, and the postings are compacted when
  * dead slots outnumber live ones, so deletes and updates cost O(terms of the document).
@@ -81,7 +89,7 @@ class ScopeIndex {
     this.slotTerms[slot] = undefined;
     this.slotTfs[slot] = undefined;
     this.dead += 1;
-    if (this.dead > 1024 && this.dead > this.live) this.compact();
+    if (this.dead > COMPACT_MIN_DEAD && this.dead > this.live) this.compact();
   }
 
   /**

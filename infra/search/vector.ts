@@ -10,7 +10,7 @@ export interface VectorIndex {
   remove(scope: string, id: string): void;
   dropScope(scope: string): void;
   clear(): void;
-  /** Best first, by cosine similarity; no threshold (a weak match still ranks). */
+  /** Best first, by cosine similarity; no threshold (a weak match still ranks). A zero vector (query or stored) has no cosine: no hit. */
   search(scope: string, model: string, query: Float32Array, limit: number): Hit[];
   size(scope: string): number;
 }
@@ -26,6 +26,12 @@ export function normalize(vector: Float32Array): Float32Array {
 }
 
 /**
+ * Slots a scope's store starts with. Small: most scopes (one per agent and user) hold few memories, and an
+ * empty slot costs its dimension in floats (64 slots of 1,536 dimensions were 393 KB for a one-memory scope).
+ */
+const MIN_CAPACITY = 4;
+
+/**
  * The unit vectors of one scope and model, stored column-major in one Float32Array (dimension d of
  * slot s at d * capacity + s). A search adds q[d] * column d into the scores for each non-zero query
  * component: exact cosine (all vectors are unit length), and a sparse query (the local embedder's are)
@@ -37,12 +43,16 @@ class ColumnStore {
   count = 0;
   readonly ids: string[] = [];
   readonly slotOf = new Map<string, number>();
+  /** Ids whose vector is zero (the local embedder's for a text without words): no direction, so no cosine. */
+  readonly zeros = new Set<string>();
 
   constructor(readonly model: string, readonly dim: number) {
     this.data = new Float32Array(0);
   }
 
   set(id: string, vector: Float32Array): void {
+    if (vector.some((x) => x !== 0)) this.zeros.delete(id);
+    else this.zeros.add(id);
     let slot = this.slotOf.get(id);
     const cap0 = this.capacity;
     if (slot === undefined) {
@@ -63,6 +73,7 @@ class ColumnStore {
     const slot = this.slotOf.get(id);
     if (slot === undefined) return false;
     this.slotOf.delete(id);
+    this.zeros.delete(id);
     const last = --this.count;
     const cap = this.capacity;
     if (slot !== last) {
@@ -74,17 +85,27 @@ class ColumnStore {
     // The freed slot goes back to zero, which set() relies on.
     for (let d = 0; d < this.dim; d++) this.data[d * cap + last] = 0;
     this.ids.length = this.count;
+    // Mass deletions give the memory back (a quarter full: half the capacity), so a scope that once held many
+    // vectors does not keep their space; growing and shrinking at different fill levels keeps this amortised O(1).
+    if (this.capacity > MIN_CAPACITY && this.count * 4 <= this.capacity) this.resize(this.capacity / 2);
     return true;
   }
 
   private grow(): void {
-    const capacity = Math.max(64, this.capacity * 2);
+    this.resize(Math.max(MIN_CAPACITY, this.capacity * 2));
+  }
+
+  private resize(capacity: number): void {
     const data = new Float32Array(this.dim * capacity);
     for (let d = 0; d < this.dim; d++) data.set(this.data.subarray(d * this.capacity, d * this.capacity + this.count), d * capacity);
     this.data = data;
     this.capacity = capacity;
   }
 
+  /**
+   * Cosine of each slot with the unit vector `query`, within [-1, 1] (unit vectors rounded to Float32 can sum
+   * past ±1, e.g. 1.0000001 for an exact match); -Infinity for a zero vector, which has no cosine.
+   */
   scores(query: Float32Array, into: Float64Array): void {
     const n = this.count, cap = this.capacity, data = this.data;
     into.fill(0, 0, n);
@@ -94,6 +115,8 @@ class ColumnStore {
       const base = d * cap;
       for (let i = 0; i < n; i++) into[i] += q * data[base + i]!;
     }
+    for (let i = 0; i < n; i++) into[i] = Math.min(1, Math.max(-1, into[i]!));
+    for (const id of this.zeros) into[this.slotOf.get(id)!] = -Infinity;
   }
 }
 
@@ -138,6 +161,13 @@ export class BruteForceVectorIndex implements VectorIndex {
     return n;
   }
 
+  /** Vector slots allocated for the scope (its memory use; `size` counts those in use). */
+  capacity(scope: string): number {
+    let n = 0;
+    for (const store of this.scopes.get(scope)?.values() ?? []) n += store.capacity;
+    return n;
+  }
+
   /** Vectors per model across scopes, e.g. to warn about vectors of a model no longer configured. */
   models(): Map<string, number> {
     const out = new Map<string, number>();
@@ -149,10 +179,13 @@ export class BruteForceVectorIndex implements VectorIndex {
     const store = this.scopes.get(scope)?.get(storeKey(model, query.length));
     if (!store || store.count === 0) return [];
     const q = normalize(Float32Array.from(query));
+    // A zero query (the local embedder's for a text without words, "???") has no direction: it is similar to
+    // nothing, rather than equally similar (0) to every memory, which would rank them by id.
+    if (!q.some((x) => x !== 0)) return [];
     if (this.scratch.length < store.count) this.scratch = new Float64Array(store.count * 2);
     const scores = this.scratch;
     store.scores(q, scores);
-    // Unit vectors rounded to Float32 can sum past ±1 (1.0000001 for an exact match): a cosine is within [-1, 1].
-    return topK(store.count, limit, (i) => Math.min(1, Math.max(-1, scores[i]!)), (i) => store.ids[i]!);
+    // Zero vectors score -Infinity, below every cosine: the best `limit` hold one only when fewer cosines exist.
+    return topK(store.count, limit, (i) => scores[i]!, (i) => store.ids[i]!).filter((hit) => hit.score !== -Infinity);
   }
 }

@@ -228,10 +228,14 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
     async prepare(events, log, reads) {
       const texts = events.filter((e) => e.type === 'MemoryStored' || e.type === 'MemoryUpdated') as unknown as Texted[];
       if (texts.length === 0) return;
-      const superseded = await lookahead.superseded(texts, events, log);
+      // Reuse first: an update that keeps the text keeps its vector even when a later event of the log changes
+      // the memory again. Taken for superseded, it would delete the vector, and a later update that also keeps
+      // the text (a second relabel) would find none to reuse and be sent to the provider.
+      const candidates = reads ? await reuse(texts, reads) : texts;
+      if (candidates.length === 0) return;
+      const superseded = await lookahead.superseded(candidates, events, log);
       for (const id of superseded) prepared.set(id, 'superseded');
-      const fresh = texts.filter((e) => !superseded.has(e.id));
-      const toEmbed = reads ? await reuse(fresh, reads) : fresh;
+      const toEmbed = candidates.filter((e) => !superseded.has(e.id));
       if (toEmbed.length === 0) return;
       let vectors: Float32Array[];
       try {

@@ -1,0 +1,113 @@
+import t from 'tap';
+import { reciprocalRankFusion } from '../../infra/search/fusion.js';
+import { Bm25Index } from '../../infra/search/lexical.js';
+import { BruteForceVectorIndex } from '../../infra/search/vector.js';
+
+t.test('reciprocal rank fusion: hits of equal score in a list share its rank, so the other list decides', async (t) => {
+  // Lexically a and b tie (the list broke the tie by id); semantically b is better. b must come first.
+  const lexical = [{ id: 'a', score: 2 }, { id: 'b', score: 2 }, { id: 'c', score: 1 }];
+  const semantic = [{ id: 'b', score: 0.9 }, { id: 'a', score: 0.5 }, { id: 'c', score: 0.1 }];
+  const fused = reciprocalRankFusion([lexical, semantic], 10);
+  t.same(fused.map((h) => h.id), ['b', 'a', 'c']);
+  t.equal(fused[0]!.score, 1 / 61 + 1 / 61, 'b: rank 1 in both (shared rank 1 lexically)');
+  t.equal(fused[1]!.score, 1 / 61 + 1 / 62, 'a: shared rank 1 lexically, 2 semantically');
+  t.equal(fused[2]!.score, 1 / 63 + 1 / 63, 'c: after two hits, rank 3 (competition ranking: 1, 1, 3)');
+  t.same(reciprocalRankFusion([[{ id: 'x', score: 0 }, { id: 'y', score: 0 }]], 10).map((h) => h.score), [1 / 61, 1 / 61],
+    'a list of nothing but ties gives every hit the same score');
+  t.same(reciprocalRankFusion([lexical, semantic], 1).map((h) => h.id), ['b'], 'limit 1');
+  t.same(reciprocalRankFusion([[], semantic], 2).map((h) => h.id), ['b', 'a'], 'an empty list adds nothing');
+});
+
+t.test('vector index: a zero vector has no cosine, so it neither finds nor is found', async (t) => {
+  const index = new BruteForceVectorIndex();
+  index.upsert('s', 'a', 'm', Float32Array.from([1, 0, 0]));
+  index.upsert('s', 'b-zero', 'm', Float32Array.from([0, 0, 0]));
+  index.upsert('s', 'c', 'm', Float32Array.from([-1, 0, 0]));
+  index.upsert('s', 'd', 'm', Float32Array.from([0, 1, 0]));
+  t.same(index.search('s', 'm', Float32Array.from([0, 0, 0]), 10), [], 'a zero query (a text without words) matches nothing');
+  t.same(index.search('s', 'm', Float32Array.from([1, 0, 0]), 10), [{ id: 'a', score: 1 }, { id: 'd', score: 0 }, { id: 'c', score: -1 }],
+    'the zero vector is not ranked as a cosine of 0 (above the negative ones)');
+  t.equal(index.size('s'), 4, 'it is still held (export, re-embedding)');
+  index.upsert('s', 'b-zero', 'm', Float32Array.from([0, 0, 2]));
+  t.same(index.search('s', 'm', Float32Array.from([0, 0, 1]), 1), [{ id: 'b-zero', score: 1 }], 'updated to a real vector: found');
+  index.upsert('s', 'a', 'm', Float32Array.from([0, 0, 0]));
+  index.remove('s', 'b-zero'); // moves the last slot into the hole
+  t.same(index.search('s', 'm', Float32Array.from([1, 0, 0]), 10).map((h) => h.id), ['d', 'c'], 'updated to zero: gone from results');
+  index.remove('s', 'a');
+  index.upsert('s', 'a', 'm', Float32Array.from([1, 0, 0]));
+  t.same(index.search('s', 'm', Float32Array.from([1, 0, 0]), 1).map((h) => h.id), ['a'], 'stored again after removal: found');
+});
+
+t.test('vector index: deleting most of a scope gives its memory back, and results stay right', async (t) => {
+  const index = new BruteForceVectorIndex();
+  const dim = 64;
+  const vector = (i: number) => Float32Array.from({ length: dim }, (_, d) => (d === i % dim ? 1 : 0.01 * ((i * 7 + d) % 13)));
+  for (let i = 0; i < 10_000; i++) index.upsert('s', `m${i}`, 'm', vector(i));
+  t.equal(index.capacity('s'), 16384);
+  for (let i = 0; i < 9_990; i++) index.remove('s', `m${i}`);
+  t.equal(index.size('s'), 10);
+  t.ok(index.capacity('s') <= 40, `capacity ${index.capacity('s')} after deleting all but 10 of 10,000`);
+  const hits = index.search('s', 'm', vector(9_995), 3);
+  t.equal(hits[0]!.id, 'm9995');
+  t.ok(Math.abs(hits[0]!.score - 1) < 1e-6);
+  t.equal(index.search('s', 'm', vector(0), 100).length, 10, 'every remaining vector ranks once');
+  for (let i = 0; i < 200; i++) index.upsert('s', `n${i}`, 'm', vector(i));
+  t.equal(index.search('s', 'm', vector(3), 1000).length, 210, 'and it grows again');
+});
+
+t.test('vector index: a scope of one memory holds room for a few vectors, not for 64 (many users, few memories each)', async (t) => {
+  const index = new BruteForceVectorIndex();
+  const dim = 1536;
+  for (let u = 0; u < 100; u++) index.upsert(`agent/user${u}`, 'm1', 'm', Float32Array.from({ length: dim }, (_, d) => (d === u ? 1 : 0)));
+  for (let u = 0; u < 100; u++) t.ok(index.capacity(`agent/user${u}`) <= 4, `user${u}: ${index.capacity(`agent/user${u}`)} slots of ${dim} floats`);
+  for (let i = 2; i <= 9; i++) index.upsert('agent/user7', `m${i}`, 'm', Float32Array.from({ length: dim }, (_, d) => (d === i ? 1 : 0)));
+  t.same(index.search('agent/user7', 'm', Float32Array.from({ length: dim }, (_, d) => (d === 7 || d === 5 ? 1 : 0)), 4).map((h) => h.id), ['m1', 'm5', 'm7', 'm2'],
+    'grown past the first slots: every vector in place (m1 is dimension 7 in this scope, as m7 is; ties by id)');
+});
+
+t.test('BM25: a scope of one memory updated every turn keeps few dead versions of it, and finds only the live one', async (t) => {
+  const index = new Bm25Index();
+  for (let i = 0; i < 1000; i++) index.upsert('s', 'mood', `mood at turn ${i}: calm t${i * 7}`);
+  t.equal(index.size('s'), 1);
+  t.ok(index.vocabulary('s') < 100, `vocabulary ${index.vocabulary('s')} (the words of the live text and of a few dead versions)`);
+  t.same(index.search('s', 'calm 999', 5).map((h) => h.id), ['mood']);
+  t.same(index.search('s', '998', 5), [], 'an older version is not found');
+  const hit = index.search('s', 'calm', 1)[0]!;
+  t.ok(Math.abs(hit.score - Math.log(1 + 0.5 / 1.5) * 2.2 / (1 + 1.2)) < 1e-12, 'statistics of the one live memory only (N = 1, df = 1, length = avg)');
+});
+
+t.test('BM25: through many updates, removals and compactions, scores equal a direct computation over the live texts', async (t) => {
+  let seed = 11;
+  const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  const words = ['tea', 'coffee', 'dog', 'cat', 'park', 'rain', 'sun', 'book', 'x1', 'x2'];
+  const text = () => Array.from({ length: 1 + Math.floor(random() * 8) }, () => words[Math.floor(random() * random() * words.length)]).join(' ');
+  const index = new Bm25Index();
+  const live = new Map<string, string[]>();
+  let worst = 0;
+  for (let op = 0; op < 4000; op++) {
+    const id = `m${Math.floor(random() * 40)}`;
+    if (random() < 0.35) {
+      index.remove('s', id);
+      live.delete(id);
+    } else {
+      const s = text();
+      index.upsert('s', id, s);
+      live.set(id, s.split(' '));
+    }
+    if (op % 100 !== 99 || live.size === 0) continue;
+    const query = words[Math.floor(random() * words.length)]!;
+    const n = live.size;
+    const avg = [...live.values()].reduce((sum, w) => sum + w.length, 0) / n;
+    const df = [...live.values()].filter((w) => w.includes(query)).length;
+    const expected = new Map<string, number>();
+    for (const [doc, w] of live) {
+      const tf = w.filter((x) => x === query).length;
+      if (tf > 0) expected.set(doc, Math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * w.length / avg)));
+    }
+    const hits = index.search('s', query, 100);
+    t.same(hits.map((h) => h.id).sort(), [...expected.keys()].sort(), `op ${op}: the live memories holding "${query}"`);
+    for (const hit of hits) worst = Math.max(worst, Math.abs(hit.score - expected.get(hit.id)!));
+  }
+  t.ok(worst < 1e-9, `largest score error ${worst}`);
+  t.equal(index.size('s'), live.size);
+});
