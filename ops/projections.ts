@@ -13,7 +13,7 @@ import { OpsError, stopOnSignals, withStores } from './runtime.js';
 let cached: readonly Projection[] | undefined;
 /** Built when a command needs it, so an invalid setting fails that command with its message, not `--help`. */
 const known = (): readonly Projection[] =>
-  (cached ??= allProjections(loadConfig(), {}, createLogger(process.env.LOG_LEVEL ?? 'warn', { toStderr: true })));
+  (cached ??= allProjections(loadConfig(), {}, createLogger(process.env.LOG_LEVEL?.trim() || 'warn', { toStderr: true })));
 
 function findProjection(name: string): Projection {
   const projection = known().find((p) => p.name === name);

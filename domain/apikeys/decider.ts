@@ -75,7 +75,9 @@ export const apiKeyDecider: Decider<ApiKeyState, ApiKeyCommand, ApiKeyEvent> = {
         // Only the key's own project's use is recorded: the event names the project it was used in.
         if (state.status !== 'active' || state.project_id !== command.data.project_id) return [];
         const last = state.last_used_at ? Date.parse(state.last_used_at) : 0;
-        if (Date.parse(ctx.now) - last < USE_RECORD_INTERVAL_MS) return [];
+        const now = Date.parse(ctx.now);
+        // A wall clock stepped back (NTP) past the last use records again, rather than nothing until it catches up.
+        if (last <= now && now - last < USE_RECORD_INTERVAL_MS) return [];
         return [{ type: 'ApiKeyUsed', data: { ...command.data, used_at: ctx.now } }];
       }
       default: {

@@ -7,7 +7,7 @@
 import Database from 'better-sqlite3';
 import { BroadcastChannel, parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import { Appender, openWritable, type AppendRequest } from './embedded-appender.js';
-import { startWorker } from '../threads.js';
+import { startCheckpointer, stopCheckpointer } from '../threads.js';
 import { appendChannelName } from './embedded-channel.js';
 
 /** How often the checkpointer thread moves the log's WAL into the database file. */
@@ -19,8 +19,7 @@ openWritable(db);
 // Checkpoints (copying the WAL into the database, with an fsync) run on their own thread, not inside this
 // thread's commits; a rare one here (every 64 MiB of WAL) keeps the WAL bounded under steady writes.
 db.pragma('wal_autocheckpoint = 16384');
-const checkpointer = file === ':memory:' ? undefined : startWorker(import.meta.url, '../checkpointer', { file, intervalMs: CHECKPOINT_INTERVAL_MS });
-checkpointer?.unref();
+const checkpointer = file === ':memory:' ? undefined : startCheckpointer(file, CHECKPOINT_INTERVAL_MS);
 const appender = new Appender(db);
 const channel = new BroadcastChannel(appendChannelName(file));
 channel.unref();
@@ -56,11 +55,7 @@ port.on('message', (first: Message) => {
 });
 
 async function shutdown(): Promise<void> {
-  if (checkpointer) {
-    checkpointer.ref();
-    await new Promise((resolve) => { checkpointer.once('message', resolve); checkpointer.postMessage('close'); });
-    await checkpointer.terminate();
-  }
+  if (checkpointer) await stopCheckpointer(checkpointer);
   db.close();
   channel.close();
   port.postMessage({ closed: true });

@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Worker } from 'node:worker_threads';
-import { startWorker } from '../threads.js';
+import { startCheckpointer, stopCheckpointer } from '../threads.js';
 import {
   decodeCursor, encodeCursor,
   checkPauseHolder, pauseFields,
@@ -75,8 +75,7 @@ export class EmbeddedReadStore implements ReadStore {
     // 64 MiB of WAL), with little left to copy: the WAL stays bounded.
     if (file !== ':memory:' && options.checkpointer !== false) {
       this.db.pragma('wal_autocheckpoint = 16384');
-      this.checkpointer = startWorker(import.meta.url, '../checkpointer', { file, intervalMs: CHECKPOINT_INTERVAL_MS });
-      this.checkpointer.unref();
+      this.checkpointer = startCheckpointer(file, CHECKPOINT_INTERVAL_MS);
     }
     this.db.exec(SCHEMA);
     // Files made before checkpoints recorded failures and pauses: checked again in a write transaction, since another
@@ -404,12 +403,7 @@ export class EmbeddedReadStore implements ReadStore {
     await this.lock;
     if (this.reader !== this.db) this.reader.close();
     this.db.close();
-    if (this.checkpointer) {
-      const checkpointer = this.checkpointer;
-      checkpointer.ref();
-      await new Promise((resolve) => { checkpointer.once('message', resolve); checkpointer.postMessage('close'); });
-      await checkpointer.terminate();
-    }
+    if (this.checkpointer) await stopCheckpointer(this.checkpointer);
   }
 }
 

@@ -102,6 +102,13 @@ t.test('api keys: the log gets a hash and a short prefix, never the key', async 
   const created = apiKeyDecider.decide(create({}), apiKeyDecider.initialState(), ctx);
   t.same(apiKeyDecider.decide({ type: 'RecordApiKeyUse', data: { key_id: 'k1', project_id: 'p2' } }, fold(apiKeyDecider, created), ctx), [], 'another project: nothing recorded');
   t.equal(apiKeyDecider.decide({ type: 'RecordApiKeyUse', data: { key_id: 'k1', project_id: 'p1' } }, fold(apiKeyDecider, created), ctx).length, 1, 'its own: recorded');
+  // Recorded at most once a minute by the wall clock, which may be stepped back (NTP).
+  const use = { type: 'RecordApiKeyUse' as const, data: { key_id: 'k1', project_id: 'p1' } };
+  const at = (now: string) => ({ ...ctx, now });
+  const used = fold(apiKeyDecider, [...created, ...apiKeyDecider.decide(use, fold(apiKeyDecider, created), at('2026-01-01T12:00:00.000Z'))]);
+  t.equal(apiKeyDecider.decide(use, used, at('2026-01-01T12:00:59.999Z')).length, 0, 'within the minute: not again');
+  t.equal(apiKeyDecider.decide(use, used, at('2026-01-01T12:01:00.000Z')).length, 1, 'a minute later: again');
+  t.equal(apiKeyDecider.decide(use, used, at('2026-01-01T11:00:00.000Z')).length, 1, 'the clock stepped back an hour: recorded, not held back for the hour');
 
   // expires_at: stored in the form the API returns, and after the key's creation (ctx.now), at the millisecond.
   const expiring = (expires_at: string) => ({ type: 'CreateApiKey' as const, data: { ...data, expires_at } });
