@@ -13,6 +13,40 @@ function parseLoose(text: string): unknown {
 
 const UNPARSED = Symbol('unparsed');
 
+/** Reasoning blocks as reasoning models write them: DeepSeek-R1, Qwen3, QwQ (`<think>`), Magistral (`[THINK]`). */
+const REASONING = [{ open: /<think>/i, close: /<\/think>/i }, { open: /\[THINK\]/i, close: /\[\/THINK\]/i }];
+/** gpt-oss (OpenAI's harmony format): reasoning in the `analysis` channel, the answer in the `final` one. */
+const HARMONY_FINAL = '<|channel|>final<|message|>';
+const HARMONY_END = /<\|(?:return|end|call)\|>[\s\S]*$/;
+
+/**
+ * A reasoning model's reply without its reasoning, when the server leaves the reasoning in the content
+ * (vLLM without `--reasoning-parser`, llama.cpp with `--reasoning-format none`, older Ollama). The reasoning
+ * can hold drafts of the answer (a first `{"facts": [...]}`, rejected ideas): only what follows it is the
+ * answer. A reply that opens with a block is cut after the block's end, and is all reasoning when the block
+ * never ends (cut off); a chat template that opens the block itself (DeepSeek-R1's, QwQ's) leaves only the
+ * end tag in the reply, which is then cut after it when it begins a line and the reply opens no block before. A harmony reply
+ * is its `final` channel's message (none: all reasoning). A reply without reasoning is returned as it is.
+ */
+export function withoutReasoning(reply: string): string {
+  const final = reply.lastIndexOf(HARMONY_FINAL);
+  if (final >= 0) return reply.slice(final + HARMONY_FINAL.length).replace(HARMONY_END, '').trimStart();
+  if (reply.trimStart().startsWith('<|channel|>')) return '';
+  for (const { open, close } of REASONING) {
+    const lead = reply.length - reply.trimStart().length;
+    const opened = open.exec(reply.slice(lead))?.index === 0;
+    const rest = opened ? reply.slice(lead).replace(open, '') : reply;
+    const end = close.exec(rest);
+    if (opened) return end ? rest.slice(end.index + end[0].length).trimStart() : '';
+    // Opened by the template: the end tag is on a line of its own (as these models write it), not inside a sentence
+    // or a JSON string of an answer that mentions it.
+    if (end && rest.slice(rest.lastIndexOf('\n', end.index - 1) + 1, end.index).trim() === '' && !open.test(rest.slice(0, end.index))) {
+      return rest.slice(end.index + end[0].length).trimStart();
+    }
+  }
+  return reply;
+}
+
 function tryParse(text: string): unknown {
   try {
     return parseLoose(text);
@@ -129,7 +163,10 @@ const factsList = (value: unknown): unknown[] | undefined => {
  * empty list means the text held none.
  */
 export function parseFacts(reply: string): string[] {
-  const fenced = /```(?:json|JSON)?\s*([\s\S]*?)```/.exec(reply);
+  reply = withoutReasoning(reply);
+  // No `\s*` before the group (the candidates are trimmed): it would overlap `[\s\S]*?`, and a fence opened before
+  // a long run of whitespace that never closes would cost time quadratic in the run.
+  const fenced = /```(?:json|JSON)?([\s\S]*?)```/.exec(reply);
   for (const candidate of fenced ? [reply.trim(), fenced[1]!.trim()] : [reply.trim()]) {
     const parsed = wholeValue(candidate);
     const list = Array.isArray(parsed) ? parsed : factsList(parsed);

@@ -14,7 +14,7 @@ import { ProblemError, type ProblemFieldError } from '../http/problem.js';
 import { route, type RouteDef } from '../http/routes.js';
 import { byteLimit, check, nonBlank, wellFormed } from '../http/validation.js';
 import { exportScope } from './export.js';
-import { parseFacts, UnparseableFactsError } from './facts.js';
+import { parseFacts, UnparseableFactsError, withoutReasoning } from './facts.js';
 import { chatMessages, extractionMessages, withinBudget } from './prompts.js';
 import { FUSION_DEPTH, toView, type Retrieval } from './retrieval.js';
 import {
@@ -191,7 +191,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/ingest', operationId: 'ingestFacts', tag: TAG, auth: ['owner'],
       summary: 'Extract durable facts from a text with the chat provider and store them',
-      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included. The text itself is never stored. A reply that cannot be read as {"facts": [...]}, or whose facts are all dropped (blank, over ${MAX_TEXT_BYTES.toLocaleString('en-US')} bytes or not well-formed Unicode), is a 500, never an empty success (when only some are dropped, the others are stored and the log says how many); an explicit {"facts": []} stores nothing; so is a reply cut off by the provider's token limit before its JSON was complete. The provider is asked for JSON mode (response_format json_object); one that refuses it with a 400 naming response_format (LM Studio) is asked again without it, and not asked for it again until restart once that worked. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key, an ingest that stored nothing included).`,
+      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included. The text itself is never stored. A reply that cannot be read as {"facts": [...]}, or whose facts are all dropped (blank, over ${MAX_TEXT_BYTES.toLocaleString('en-US')} bytes or not well-formed Unicode), is a 500, never an empty success (when only some are dropped, the others are stored and the log says how many); an explicit {"facts": []} stores nothing; so is a reply cut off by the provider's token limit before its JSON was complete. A reasoning model's reasoning left in the reply (\`<think>…</think>\`, \`[THINK]…[/THINK]\`, gpt-oss's analysis channel) is not read: only the answer after it (a reply that is all reasoning is a 500). The provider is asked for JSON mode (response_format json_object); one that refuses it with a 400 naming response_format (LM Studio) is asked again without it, and not asked for it again until restart once that worked. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key, an ingest that stored nothing included).`,
       body: IngestBody,
       responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
       errors: [...WRITE_ERRORS, 503],
@@ -258,7 +258,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/chat', operationId: 'chat', tag: TAG, auth: ['owner'],
       summary: 'Answer a query with one completion over the retrieved memories and the personality',
-      description: 'Retrieval as in POST /v1/search, then one non-streaming completion. The prompt is given the retrieved memories best first, as many as fit in CHAT_MEMORY_MAX_BYTES bytes of their texts (the best one always); `context.memories` are exactly those given, so it can hold fewer than `limit`. Neither the query nor the answer is stored. An answer cut off by the provider\'s token limit is returned as it is (an empty one is a 500). 503 when no chat provider is configured.',
+      description: 'Retrieval as in POST /v1/search, then one non-streaming completion. The prompt is given the retrieved memories best first, as many as fit in CHAT_MEMORY_MAX_BYTES bytes of their texts (the best one always); `context.memories` are exactly those given, so it can hold fewer than `limit`. Neither the query nor the answer is stored. An answer cut off by the provider\'s token limit is returned as it is (an empty one is a 500). A reasoning model\'s reasoning left in the reply (`<think>…</think>`, `[THINK]…[/THINK]`, gpt-oss\'s analysis channel) is not part of the answer (a reply that is all reasoning is a 500). 503 when no chat provider is configured.',
       body: SearchBody, readModels: [MEMORIES_PROJECTION, PERSONALITY_PROJECTION],
       responses: { 200: { description: 'the answer and the context it was given', schema: ChatResponse } },
       errors: READ_ERRORS,
@@ -278,7 +278,13 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
           log.info({ retrieved: retrieved.length, given: memories.length, max_bytes: deps.chatMemoryBytes }, 'chat: memories left out of the prompt (CHAT_MEMORY_MAX_BYTES)');
         }
         const personality = doc?.personality ?? '';
-        const answer = await viaProvider(log, 'chat', () => chat.complete(chatMessages(personality, memories, body.query), { signal }));
+        const reply = await viaProvider(log, 'chat', () => chat.complete(chatMessages(personality, memories, body.query), { signal }));
+        // A reasoning model's reasoning (left in the content by some servers) is not the answer.
+        const answer = withoutReasoning(reply);
+        if (answer.trim() === '') {
+          log.error({ provider: 'chat', upstream_reply: reply.slice(0, BODY_LOG_LIMIT) }, 'chat: the chat provider\'s reply has reasoning and no answer');
+          throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
+        }
         return { body: { answer, context: { personality, memories } } };
       },
     }),
