@@ -81,7 +81,7 @@ function explain(found: SchemaError[], schema: TSchema, root: unknown, location:
   return [...groups.values()].flatMap((errors) => {
     if (objectWithUnknownField(errors[0]!) !== undefined) return [unknownFields(errors, location)];
     if (unionOf(errors[0]!) !== undefined) return explainUnion(errors, schema, root, location);
-    return errors.map((e) => describe(e, root, location));
+    return errors.map((e) => describe(e, root, location, schema));
   });
 }
 
@@ -113,9 +113,9 @@ function explainUnion(errors: SchemaError[], schema: TSchema, root: unknown, loc
   const unionPath = unionOf(errors[0]!)!;
   const branches = (pointerGet(schema, unionPath.replace(/^#/, '')) as { anyOf?: unknown[] } | undefined)?.anyOf ?? [];
   const choices = branches.map(choice);
-  if (choices.length === 0 || choices.includes(undefined)) return errors.map((e) => describe(e, root, location));
+  if (choices.length === 0 || choices.includes(undefined)) return errors.map((e) => describe(e, root, location, schema));
   const bounds = errors.filter((e) => !['anyOf', 'type', 'const', 'format'].includes(e.keyword));
-  if (bounds.length > 0) return bounds.map((e) => describe(e, root, location));
+  if (bounds.length > 0) return bounds.map((e) => describe(e, root, location, schema));
   const literals = branches.every((b) => 'const' in (b as object) || (b as { type?: unknown }).type === 'null');
   const message = literals ? `must be one of ${choices.join(', ')}` : `must be ${choices.join(' or ')}`;
   return [describe({ keyword: 'enum', schemaPath: unionPath, instancePath, params: {}, message }, root, location)];
@@ -143,7 +143,14 @@ function pointerGet(value: unknown, pointer: string): unknown {
   return current;
 }
 
-function describe(e: SchemaError, root: unknown, location: Location): ProblemFieldError {
+/**
+ * A string schema's limit in UTF-8 bytes (the spec's memory texts, queries, sessions, personality), published as
+ * `x-max-bytes` beside the `maxLength` of the same number that it implies: a string over that many characters is
+ * over that many bytes too, and is refused in bytes, as one a few characters shorter but of more bytes is.
+ */
+export const MAX_BYTES = 'x-max-bytes';
+
+function describe(e: SchemaError, root: unknown, location: Location, schema?: TSchema): ProblemFieldError {
   const path = e.instancePath.replace(/^\//, '').replace(/\//g, '.');
   if (e.keyword === 'additionalProperties') {
     const names = (e.params.additionalProperties as string[] | undefined) ?? [];
@@ -154,6 +161,8 @@ function describe(e: SchemaError, root: unknown, location: Location): ProblemFie
     return { location: join(location, path), message: `missing required field${names.length > 1 ? 's' : ''}: ${names.join(', ')}` };
   }
   const value = pointerGet(root, e.instancePath);
+  const maxBytes = e.keyword === 'maxLength' && schema ? (pointerGet(schema, e.schemaPath.replace(/^#/, '')) as Record<string, unknown> | undefined)?.[MAX_BYTES] : undefined;
+  if (typeof maxBytes === 'number' && typeof value === 'string') return byteLimit(join(location, path), value, maxBytes)!;
   return { location: join(location, path), message: e.message, value: tooLong(e.keyword, value) ?? value };
 }
 

@@ -2,17 +2,18 @@ import Type, { type Static } from 'typebox';
 import {
   MAX_PERSONALITY_BYTES, MAX_SESSION_BYTES, MAX_TEXT_BYTES, MEMORY_ID_PATTERN, SCOPE_ID_PATTERN,
 } from '../../domain/memory/decider.js';
+import { MAX_BYTES } from '../http/validation.js';
 import { DateTime } from '../shared/schemas.js';
 
 // maxLength (characters) is implied by the byte limits (a UTF-8 string has at least as many bytes as
-// characters); it rejects gross oversize early, and the handlers check the exact byte limits.
+// characters); it rejects gross oversize early (in bytes: MAX_BYTES), and the handlers check the exact byte limits.
 const ScopeId = Type.String({ pattern: SCOPE_ID_PATTERN, description: '1-128 ASCII letters, digits, `_`, `.`, `-`' });
 const MemoryId = Type.String({
   pattern: MEMORY_ID_PATTERN,
   description: '1-128 ASCII letters, digits, `_`, `.`, `:`, `-`. Given: updates that memory in the scope, or creates it with this id. Omitted: derived from the trimmed text (`m_` + 32 hex digits), so the same text is one memory.',
 });
-const Text = (what: string, max: number) => Type.String({ maxLength: max, description: `${what}: not empty after trimming, at most ${max.toLocaleString('en-US')} bytes (UTF-8), well-formed Unicode (no unpaired surrogates)` });
-const Session = (more: string) => Type.Union([Type.String({ maxLength: MAX_SESSION_BYTES }), Type.Null()], {
+const Text = (what: string, max: number) => Type.String({ maxLength: max, [MAX_BYTES]: max, description: `${what}: not empty after trimming, at most ${max.toLocaleString('en-US')} bytes (UTF-8), well-formed Unicode (no unpaired surrogates)` });
+const Session = (more: string) => Type.Union([Type.String({ maxLength: MAX_SESSION_BYTES, [MAX_BYTES]: MAX_SESSION_BYTES }), Type.Null()], {
   description: `optional provenance label, at most ${MAX_SESSION_BYTES} bytes, well-formed Unicode; "" and null mean none. ${more}`,
 });
 

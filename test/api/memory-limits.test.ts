@@ -69,6 +69,14 @@ t.test('memory text: non-empty after trim, at most 8,192 bytes (bytes, not chara
   t.equal((await post('/v1/memories', { scope, text: '😀'.repeat(2048) })).status, 200, '8,192 bytes of 4-byte characters pass');
   is400(t, await post('/v1/memories', { scope, text: `${twoByte}a` }), /body\.text.*8192 bytes/, '8,193 bytes');
   is400(t, await post('/v1/memories', { scope, text: 'é'.repeat(4097) }), 'body.text', '4,097 characters of 2 bytes');
+  // Over the limit in characters too (ASCII): refused in the spec's unit, as the 2-byte text one byte past it is.
+  const ascii = await post('/v1/memories', { scope, text: 'a'.repeat(8193) });
+  is400(t, ascii, 'body.text', '8,193 ASCII characters');
+  t.same(ascii.body.errors, [{ location: 'body.text', message: 'must be at most 8192 bytes (is 8193)', value: '8193 bytes' }], 'in bytes, as the handler says it');
+  const session = await post('/v1/memories', { scope, text: 'long label', session: 's'.repeat(129) });
+  t.same(session.body.errors, [{ location: 'body.session', message: 'must be at most 128 bytes (is 129)', value: '129 bytes' }], 'a session label in bytes too');
+  const query = await post('/v1/search', { scope, query: 'q'.repeat(8193) });
+  t.same(query.body.errors, [{ location: 'body.query', message: 'must be at most 8192 bytes (is 8193)', value: '8193 bytes' }], 'and a query');
   is400(t, await post('/v1/memories', { scope, text: '' }), 'body.text', 'empty');
   is400(t, await post('/v1/memories', { scope, text: ' \n\t ' }), 'body.text', 'whitespace only');
   is400(t, await post('/v1/memories', { scope }), 'text', 'missing');

@@ -78,12 +78,17 @@ t.test('a value outside a union is one error saying what is allowed', async (t) 
   t.same(errorsOf(other, { link: null, level: 0 }), [{ location: 'body.level', message: 'must be >= 1', value: 0 }], 'a number under the bound of the integer branch: that bound alone');
   const long = 'x'.repeat(129);
   t.same(errorsOf(StoreMemoryBody, { scope, text: 'x', session: long }), [
-    { location: 'body.session', message: 'must not have more than 128 characters', value: '129 characters' },
-  ], 'a string over the bound of the string branch: that bound alone (its length given, not the value)');
+    { location: 'body.session', message: 'must be at most 128 bytes (is 129)', value: '129 bytes' },
+  ], 'a string over the bound of the string branch: that bound alone (its length given, not the value; in bytes, the limit\'s unit)');
+  const label = Type.Object({ label: Type.Union([Type.String({ maxLength: 128 }), Type.Null()]) });
+  t.same(errorsOf(label, { label: long }), [
+    { location: 'body.label', message: 'must not have more than 128 characters', value: '129 characters' },
+  ], 'a limit in characters is said in characters');
 });
 
 t.test('a value over a length limit is given by its size, not echoed (a text may be up to the 1 MiB body limit)', async (t) => {
   const huge = '😀'.repeat(300_000);
-  t.same(errorsOf(StoreMemoryBody, { scope, text: huge }), [{ location: 'body.text', message: 'must not have more than 8192 characters', value: '300000 characters' }]);
+  t.same(errorsOf(StoreMemoryBody, { scope, text: huge }), [{ location: 'body.text', message: 'must be at most 8192 bytes (is 1200000)', value: '1200000 bytes' }]);
+  t.same(errorsOf(Type.Object({ bio: Type.String({ maxLength: 8000 }) }), { bio: huge }), [{ location: 'body.bio', message: 'must not have more than 8000 characters', value: '300000 characters' }]);
   t.same(errorsOf(Type.Object({ tags: Type.Array(Type.String(), { maxItems: 2 }) }), { tags: ['a', 'b', 'c'] }), [{ location: 'body.tags', message: 'must not have more than 2 items', value: '3 items' }]);
 });
