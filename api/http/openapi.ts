@@ -8,6 +8,8 @@ export interface OpenApiInfo {
   description: string;
   basePath: string;
   securitySchemes: Partial<Record<AuthKind, { description: string; bearerFormat?: string }>>;
+  /** Credentials are optional (the memory service without MEMORY_OWNER_TOKEN): each operation also lists `{}`. */
+  anonymous?: boolean;
 }
 
 const SCHEME_NAMES: Record<AuthKind, string> = { key: 'ApiKey', session: 'SessionJwt', owner: 'OwnerToken' };
@@ -81,13 +83,17 @@ const ERROR_HEADERS: Record<number, Record<string, unknown>> = {
 
 /**
  * Problem statuses an operation can answer whatever its handler does, added to those its route lists:
- * 500 on every one (the stores can fail), 409 on every command (the bus retries a concurrent change a few
- * times, then gives up; an Idempotency-Key repeat can collide), 507 (the log's storage is full) and 503 (the event
+ * 400 wherever mountRoutes validates something of the request (path parameters, also their percent-encoding;
+ * a query not open to any parameter refuses unknown ones and a misplaced `min_position`; a body; a command's
+ * Idempotency-Key), 500 on every one (the stores can fail), 409 on every command (the bus retries a concurrent
+ * change a few times, then gives up; an Idempotency-Key repeat can collide), 507 (the log's storage is full) and 503 (the event
  * store did not answer in time); 503 also where it waits for a read model (X-Min-Position) or accepts dashboard
  * sessions (not configured, or the identity provider's keys out of reach).
  */
 function impliedErrors(r: RouteDef): number[] {
+  const openQuery = (r.query as { additionalProperties?: unknown } | undefined)?.additionalProperties === true;
   return [
+    ...(r.params || !openQuery || r.body || isCommand(r) ? [400] : []),
     ...(isCommand(r) ? [409, 503, 507] : []),
     500,
     ...((r.readModels?.length ?? 0) > 0 || r.auth.includes('session') ? [503] : []),
@@ -110,6 +116,23 @@ function parameters(schema: TSchema | undefined, location: 'path' | 'query') {
     ...(prop.description ? { description: prop.description } : {}),
     schema: prop,
   }));
+}
+
+/**
+ * A copy of `value` in which every choice among constants of one type (TypeBox's union of literals:
+ * `anyOf: [{type: 'string', const: 'male'}, …]`) is an `enum`: the same values, in the form code generators
+ * turn into an enumeration (an `anyOf` becomes a wrapper type, or is dropped to a plain string).
+ */
+function withEnums(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withEnums);
+  if (value === null || typeof value !== 'object') return value;
+  const { anyOf, ...rest } = value as { anyOf?: unknown[] } & Record<string, unknown>;
+  const choices = Array.isArray(anyOf) ? anyOf as Array<Record<string, unknown>> : [];
+  const type = choices[0]?.type;
+  if (choices.length > 0 && typeof type === 'string' && choices.every((c) => c !== null && typeof c === 'object' && c.type === type && 'const' in c && Object.keys(c).length === 2)) {
+    return { type, enum: choices.map((c) => c.const), ...withEnums(rest) as object };
+  }
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, withEnums(v)]));
 }
 
 /** The OpenAPI 3.1 document, generated from the same route table and TypeBox schemas the server validates with. */
@@ -158,7 +181,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
       ...(r.description ? { description: r.description } : {}),
       tags: [r.tag],
       // OpenAPI 3.1 lets any scheme's requirement name roles: an API key needs this scope (or `*`).
-      security: r.auth.map((a) => ({ [SCHEME_NAMES[a]]: a === 'key' && r.scope ? [r.scope] : [] })),
+      security: [...r.auth.map((a) => ({ [SCHEME_NAMES[a]]: a === 'key' && r.scope ? [r.scope] : [] })), ...(info.anonymous && r.auth.length > 0 ? [{}] : [])],
       ...(r.scope && r.auth.includes('key') ? { 'x-required-scope': r.scope } : {}),
       ...(r.implemented === false ? { 'x-implemented': false } : {}),
       parameters: params,
@@ -174,7 +197,7 @@ export function buildOpenApi(info: OpenApiInfo, routes: RouteDef[]): Record<stri
     openapi: '3.1.0',
     info: { title: info.title, version: info.version, description: info.description },
     jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
-    paths,
+    paths: withEnums(paths),
     components: { schemas: { Problem: ProblemSchema }, securitySchemes },
   };
 }

@@ -22,6 +22,8 @@ export function createMemoryApp(routes: RouteDef[], mounting: Mounting, config: 
       description: 'Scoped memories with lexical, semantic and hybrid search, context, personality, fact extraction, single-completion chat, export and deletion. Reads wait until every event appended before the request is applied.',
       basePath: '',
       securitySchemes: { owner: { description: 'MEMORY_OWNER_TOKEN, required when configured' } },
+      // Without MEMORY_OWNER_TOKEN every request is served without credentials: the document says so.
+      anonymous: config.memory.ownerToken === undefined,
     },
     publicRoutes: health,
     // Every request but /healthz, /readyz and /docs/openapi.json carries the owner token (when one is

@@ -23,8 +23,8 @@ t.test('create, then get by id and by URL-encoded name', async (t) => {
   const { res, body, position } = await create(full);
   t.equal(res.status, 200);
   t.match(body, { ...full, agent_id: /^[0-9a-f-]{36}$/, owner: `key:${a.keyId}`, created_at: /Z$/ });
-  t.same(body.personality, { big5, personality_prompt: 'You are Ava.', speech_patterns: ['says "indeed"'], true_interests: ['astronomy'], true_dislikes: ['rudeness'] });
-  t.same(body.profile, { bio: 'A curious mind', gender: 'female', avatar_url: 'https://cdn.example/ava.png', language: 'sv-SE' });
+  t.strictSame(body.personality, { big5, personality_prompt: 'You are Ava.', speech_patterns: ['says "indeed"'], true_interests: ['astronomy'], true_dislikes: ['rudeness'] });
+  t.strictSame(body.profile, { bio: 'A curious mind', gender: 'female', avatar_url: 'https://cdn.example/ava.png', language: 'sv-SE' });
   t.match(body.mood, { valence: 0, arousal: 0, tension: 0, affiliation: 0 });
   const events = await app.events.readStream(agentStream(body.agent_id));
   t.equal(events.length, 1);
@@ -34,7 +34,7 @@ t.test('create, then get by id and by URL-encoded name', async (t) => {
 
   const consistent = { ...bearer(a.key), 'X-Min-Position': position! };
   const byId = await app.platform(`/agents/${body.agent_id}`, { headers: consistent });
-  t.same(await byId.json(), body, 'get by id returns what create returned');
+  t.strictSame(await byId.json(), body, 'get by id returns what create returned');
   const byName = await app.platform(`/agents/${encodeURIComponent('Ava Lindqvist')}`, { headers: consistent });
   t.equal(byName.status, 200);
   t.equal((await byName.json()).agent_id, body.agent_id);
@@ -173,7 +173,7 @@ t.test('other fields', async (t) => {
   const bad = await create({ name: 'Bad', gender: 'robot', language: 'English', avatar_url: 'ftp://x', extra: 1 });
   t.equal(bad.res.status, 400);
   const locations = (bad.body.errors as Array<{ location: string }>).map((e) => e.location).sort();
-  t.same([...new Set(locations)], ['body', 'body.avatar_url', 'body.gender', 'body.language'], 'every problem is listed');
+  t.strictSame([...new Set(locations)], ['body', 'body.avatar_url', 'body.gender', 'body.language'], 'every problem is listed');
   t.equal((await create({ name: 'Lots', speech_patterns: Array(101).fill('x') })).res.status, 400, 'at most 100 phrases');
   t.equal((await create({ name: 'Enough', speech_patterns: Array(100).fill('x') })).res.status, 200);
   for (const url of ['http://', 'https://', 'https:///path', 'https://?q', 'https://user@cdn.example/a.png']) {
@@ -202,7 +202,7 @@ t.test('optional fields at their edges: exactly the limit passes, one past it is
   for (const [i, [field, atLimit, past, location]] of edges.entries()) {
     const ok = await create({ name: `Edge ${i}`, [field]: atLimit });
     t.equal(ok.res.status, 200, `${field}: at the limit`);
-    t.same(ok.body[field], atLimit, `${field}: stored as sent`);
+    t.strictSame(ok.body[field], atLimit, `${field}: stored as sent`);
     const refused = await create({ name: `Past ${i}`, [field]: past });
     t.equal(refused.res.status, 400, `${field}: one past it`);
     t.match(refused.body, { type: 'https://cairn.dev/problems/validation', errors: [{ location }] }, `${field}: a validation problem naming ${location}`);
@@ -230,11 +230,11 @@ t.test('Idempotency-Key', async (t) => {
 
 t.test('the name reservation and the agent commit together; of concurrent creations of one name exactly one wins', async (t) => {
   const attempts = await Promise.all(Array.from({ length: 8 }, () => create({ name: 'Racer' })));
-  t.same(attempts.map((r) => r.res.status).sort(), [200, 409, 409, 409, 409, 409, 409, 409]);
+  t.strictSame(attempts.map((r) => r.res.status).sort(), [200, 409, 409, 409, 409, 409, 409, 409]);
   const winner = attempts.find((r) => r.res.status === 200)!;
   const [reserved] = await app.events.readStream(agentNameStream(a.projectId, nameKey('Racer')));
   const [created, ...more] = await app.events.readStream(agentStream(winner.body.agent_id));
-  t.same(more, []);
+  t.strictSame(more, []);
   t.equal(reserved!.data.agent_id, winner.body.agent_id);
   t.equal(created!.position, reserved!.position + 1, 'adjacent in the log');
   t.equal(created!.recorded_at, reserved!.recorded_at, 'one commit');
@@ -266,7 +266,7 @@ t.test('a name held by a reservation whose agent never got created is taken over
   const agent = (await taken.json()) as { agent_id: string; name: string };
   t.not(agent.agent_id, orphan);
   const reservations = await other.events.readStream(agentNameStream(p.projectId, nameKey('Nova')));
-  t.same(reservations.map((e) => e.data.agent_id), [orphan, agent.agent_id]);
+  t.strictSame(reservations.map((e) => e.data.agent_id), [orphan, agent.agent_id]);
   t.equal((await post()).status, 409, 'and now the name is in use');
 });
 
@@ -277,11 +277,17 @@ t.test('projects are isolated', async (t) => {
   t.equal((await app.platform(`/agents/Private`, { headers: asB })).status, 404, 'by name');
   t.equal((await app.platform(`/agents?project_id=${a.projectId}`, { headers: asB })).status, 404, 'list of another project');
   t.equal((await create({ name: 'Intruder', project_id: a.projectId }, b.key)).res.status, 404, 'create in another project');
-  const listB = (await (await app.platform('/agents', { headers: asB })).json()) as Array<{ name: string; project_id: string }>;
-  t.ok(listB.every((x) => x.project_id === b.projectId));
+  // B lists its own agent, and only its own: an empty list would pass an `every` check without showing anything.
+  const theirs = await create({ name: 'Their own' }, b.key);
+  t.equal(theirs.res.status, 200);
+  const listB = (await (await app.platform('/agents', { headers: { ...bearer(b.key), 'X-Min-Position': theirs.position! } })).json()) as Array<{ name: string; project_id: string }>;
+  t.ok(listB.some((x) => x.name === 'Their own'), 'B lists its own agent');
+  t.notOk(listB.some((x) => x.name === 'Private'), 'and not A\'s');
+  t.ok(listB.every((x) => x.project_id === b.projectId), 'every agent B lists is of its project');
   const listA = (await (await app.platform(`/agents?project_id=${a.projectId}`, { headers: { ...bearer(a.key), 'X-Min-Position': position! } })).json()) as Array<{ name: string; created_at: string }>;
-  t.ok(listA.some((x) => x.name === 'Private'));
-  t.same(listA.map((x) => x.created_at), [...listA.map((x) => x.created_at)].sort(), 'oldest first');
+  t.ok(listA.some((x) => x.name === 'Private'), 'A lists its own agent');
+  t.notOk(listA.some((x) => x.name === 'Their own'), 'and not B\'s');
+  t.strictSame(listA.map((x) => x.created_at), [...listA.map((x) => x.created_at)].sort(), 'oldest first');
   t.equal((await app.platform('/agents?offset=5', { headers: bearer(a.key) })).status, 400, 'unknown query parameters are rejected');
 });
 
@@ -319,17 +325,17 @@ t.test('GET /agents pages with limit and cursor (X-Next-Cursor), and without the
     return { status: res.status, next: res.headers.get('x-next-cursor'), body: (await res.json()) as any };
   };
   const all = await list('');
-  t.same(all.body.map((x: { name: string }) => x.name), names, 'no limit: every agent, oldest first, a bare array');
+  t.strictSame(all.body.map((x: { name: string }) => x.name), names, 'no limit: every agent, oldest first, a bare array');
   t.equal(all.next, null);
 
   const atLimit = await list('?limit=5');
-  t.same(atLimit.body.map((x: { name: string }) => x.name), names, 'limit exactly the number of agents: all of them');
+  t.strictSame(atLimit.body.map((x: { name: string }) => x.name), names, 'limit exactly the number of agents: all of them');
   t.equal(atLimit.next, null, 'and no next page');
   const pastLimit = await list('?limit=4');
-  t.same(pastLimit.body.map((x: { name: string }) => x.name), names.slice(0, 4), 'one fewer');
+  t.strictSame(pastLimit.body.map((x: { name: string }) => x.name), names.slice(0, 4), 'one fewer');
   t.ok(pastLimit.next, 'then a cursor');
   const last = await list(`?limit=4&cursor=${encodeURIComponent(pastLimit.next!)}`);
-  t.same(last.body.map((x: { name: string }) => x.name), names.slice(4), 'the next page has the rest');
+  t.strictSame(last.body.map((x: { name: string }) => x.name), names.slice(4), 'the next page has the rest');
   t.equal(last.next, null);
 
   const walked: string[] = [];
@@ -339,11 +345,11 @@ t.test('GET /agents pages with limit and cursor (X-Next-Cursor), and without the
     if (!page.next) break;
     query = `?limit=2&cursor=${encodeURIComponent(page.next)}`;
   }
-  t.same(walked, names, 'pages of 2 walk the whole list once');
+  t.strictSame(walked, names, 'pages of 2 walk the whole list once');
 
   t.equal((await list('?limit=500')).status, 200, 'limit 500');
   const one = await list('?limit=1');
-  t.same(one.body.map((x: { name: string }) => x.name), names.slice(0, 1), 'limit 1: one agent');
+  t.strictSame(one.body.map((x: { name: string }) => x.name), names.slice(0, 1), 'limit 1: one agent');
   t.ok(one.next, 'and a cursor');
   for (const query of ['?limit=501', '?limit=0', '?limit=1.5', '?limit=x']) {
     const res = await list(query);

@@ -86,8 +86,9 @@ t.test('API keys: shape, shown once, stored as a hash, scoped, revocable, expiri
   t.equal((await app.platform('/agents', { headers: bearer(session) })).status, 401, 'a session is not a key');
 
   // last_used_at is recorded off the request path: wait for its event, then for the read model.
-  for (let i = 0; i < 100 && !(await app.events.readStream(apiKeyStream(keyId))).some((e) => e.type === 'ApiKeyUsed'); i++) {
-    await new Promise((r) => setImmediate(r));
+  // Bounded by time, not by a count of event-loop turns (a loaded machine records it later than 100 turns).
+  for (const deadline = Date.now() + 5000; Date.now() < deadline && !(await app.events.readStream(apiKeyStream(keyId))).some((e) => e.type === 'ApiKeyUsed');) {
+    await new Promise((r) => setTimeout(r, 10));
   }
   const used = await app.platform(`/projects/${projectId}/keys`, { headers: { ...bearer(session), 'X-Min-Position': String(await app.events.headPosition()) } });
   t.equal(((await used.json()) as Array<{ last_used_at: string }>)[0]!.last_used_at, new Date(now).toISOString());
@@ -95,7 +96,8 @@ t.test('API keys: shape, shown once, stored as a hash, scoped, revocable, expiri
   const revoke = await app.platform(`/projects/${projectId}/keys/${keyId}`, { method: 'DELETE', headers: bearer(session) });
   t.equal(revoke.status, 200);
   t.same(await revoke.json(), { success: true });
-  t.ok(revoke.headers.get('x-event-position'));
+  const revokedAt = (await app.events.readStream(apiKeyStream(keyId))).find((e) => e.type === 'ApiKeyRevoked')?.position;
+  t.equal(revoke.headers.get('x-event-position'), String(revokedAt), 'X-Event-Position is the revocation\'s position in the log');
   const after = await app.platform('/agents', { headers: bearer(key) });
   t.equal(after.status, 401, 'revoked keys stop working before the revocation response');
   t.match(await after.json(), { detail: /revoked/ });
@@ -399,15 +401,20 @@ t.test('key creation: a repeat with the same Idempotency-Key is 409, and a slow 
   const other = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers, json: { name: 'another' } });
   t.equal(other.status, 409, 'a different request with that key too: it already created a key');
 
-  // A node whose read model cannot catch up within CONSISTENCY_TIMEOUT_MS (0 here, runners in the HTTP
-  // thread with their 2 ms batch window) still hands out the durable key instead of a 503.
-  const slow = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '0', PROJECTIONS_THREAD: 'false' }, { dataDir: app.dataDir });
+  // A node whose read model cannot catch up within CONSISTENCY_TIMEOUT_MS still hands out the durable key instead
+  // of a 503. Its runners are stopped, so that it cannot: with them running, a 0 ms timeout races their batch
+  // window, and a fast read model would pass this test without the slow path ever running.
+  const { lines, log } = capturingLogger();
+  const slow = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '0', PROJECTIONS_THREAD: 'false' }, { dataDir: app.dataDir, log });
   t.teardown(() => slow.stop());
+  await slow.projections.stop();
   const created = await slow.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: bearer(session), json: { name: 'slow' } });
   t.equal(created.status, 200);
-  const { key } = (await created.json()) as { key: string };
+  t.ok(lines.some((l) => l.msg === 'api key created; the api-keys read model has not applied it yet'), 'answered although its read model has not applied it');
+  const { key, key_id: slowKeyId } = (await created.json()) as { key: string; key_id: string };
   t.match(key, KEY_SHAPE);
-  t.ok(Number(created.headers.get('x-event-position')) > 0);
+  const [slowKeyCreated] = await app.events.readStream(apiKeyStream(slowKeyId));
+  t.equal(created.headers.get('x-event-position'), String(slowKeyCreated?.position), 'X-Event-Position is the key\'s ApiKeyCreated in the log');
   // The key works once a read model has it (a node started now catches up before it serves).
   const fresh = await startTestCairn({}, { dataDir: app.dataDir });
   t.teardown(() => fresh.stop());

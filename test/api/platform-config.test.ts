@@ -21,16 +21,16 @@ t.test('any JSON value round-trips, read-your-writes through X-Min-Position', as
   for (const [k, v] of values) {
     const { res, position } = await put(k, v);
     t.equal(res.status, 200);
-    t.same(await res.json(), { success: true });
+    t.strictSame(await res.json(), { success: true });
     t.match(position, /^\d+$/);
     last = position!;
     const got = await app.platform(path(k), { headers: { ...auth, 'X-Min-Position': position! } });
     t.equal(got.status, 200);
     t.equal(got.headers.get('content-type'), 'application/json; charset=utf-8');
-    t.same(await got.json(), v, `${k} round-trips`);
+    t.strictSame(await got.json(), v, `${k} round-trips`);
   }
   const all = await app.platform(`${path()}?min_position=${last}`, { headers: auth });
-  t.same(await all.json(), Object.fromEntries(values));
+  t.strictSame(await all.json(), Object.fromEntries(values));
 });
 
 t.test('values nest at most 64 levels deep: exactly 64 is stored and projected, 65 and far deeper are 400', async (t) => {
@@ -96,7 +96,7 @@ t.test('a key named __proto__ is an entry of the map like any other', async (t) 
   const all = await app.platform(path(), { headers: { ...auth, 'X-Min-Position': position! } });
   const text = await all.text();
   t.match(text, /"__proto__":\{"polluted":true\}/, 'listed');
-  t.same((await (await app.platform(path('__proto__'), { headers: auth })).json()), { polluted: true });
+  t.strictSame((await (await app.platform(path('__proto__'), { headers: auth })).json()), { polluted: true });
 });
 
 t.test('bodies: JSON only, 1 MiB, one value', async (t) => {
@@ -138,7 +138,7 @@ t.test('bodies: JSON only, 1 MiB, one value', async (t) => {
   }
   const gz = await app.platform(path('zipped'), { method: 'PUT', headers: { ...auth, 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' }, body: gzipSync(JSON.stringify({ a: [1, 2] })) });
   t.equal(gz.status, 200, 'gzip body');
-  t.same(await (await app.platform(path('zipped'), { headers: { ...auth, 'X-Min-Position': gz.headers.get('x-event-position')! } })).json(), { a: [1, 2] });
+  t.strictSame(await (await app.platform(path('zipped'), { headers: { ...auth, 'X-Min-Position': gz.headers.get('x-event-position')! } })).json(), { a: [1, 2] });
 });
 
 t.test('another project\'s key sees nothing', async (t) => {
@@ -148,7 +148,7 @@ t.test('another project\'s key sees nothing', async (t) => {
   t.equal((await app.platform(path('secret'), { headers: as })).status, 404);
   t.equal((await app.platform(path('secret'), { method: 'PUT', headers: as, json: 'x' })).status, 404);
   t.equal((await app.platform(path('secret'), { method: 'DELETE', headers: as })).status, 404);
-  t.same(await (await app.platform(`/projects/${other.projectId}/config`, { headers: as })).json(), {}, 'its own config is empty');
+  t.strictSame(await (await app.platform(`/projects/${other.projectId}/config`, { headers: as })).json(), {}, 'its own config is empty');
   t.equal((await app.platform(`/projects/not-a-uuid/config`, { headers: as })).status, 400);
 });
 

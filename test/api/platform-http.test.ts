@@ -4,6 +4,7 @@ import { connect } from 'node:net';
 import { deflateSync, gzipSync } from 'node:zlib';
 import { parse as parseYaml } from 'yaml';
 import { PROBLEM_TYPES } from '../../api/http/problem.js';
+import { until } from '../support/logs.js';
 import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
 
 const app = await startTestCairn();
@@ -11,7 +12,7 @@ t.teardown(() => app.stop());
 
 t.test('health and unknown routes', async (t) => {
   const health = await app.platform('/healthz');
-  t.same(await health.json(), { status: 'ok' });
+  t.strictSame(await health.json(), { status: 'ok' });
   const missing = await app.platform('/nothing-here');
   t.equal(missing.status, 404);
   t.equal(missing.headers.get('content-type'), 'application/problem+json');
@@ -73,7 +74,7 @@ t.test('event metadata names the project, also for a dashboard session, and ApiK
   const used = await app.platform('/agents', { headers: { ...bearer(fresh), 'X-Request-Id': 'req-key-use-7' } });
   t.equal(used.status, 200);
   let recorded;
-  for (const deadline = Date.now() + 3000; Date.now() < deadline && !recorded; await new Promise((r) => setTimeout(r, 20))) {
+  for (const deadline = Date.now() + 10_000; Date.now() < deadline && !recorded; await new Promise((r) => setTimeout(r, 20))) {
     recorded = (await app.events.readStream(`apikey-${freshId}`)).find((e) => e.type === 'ApiKeyUsed');
   }
   t.ok(recorded, 'ApiKeyUsed appended');
@@ -89,7 +90,7 @@ t.test('every command\'s events carry the request as correlation and cause, its 
   };
   const appended = async (stream: string, requestId: string) => (await app.events.readStream(stream)).filter((e) => e.metadata.correlation_id === requestId);
   const expect = (events: Awaited<ReturnType<typeof appended>>, types: string[], requestId: string, actor: string, what: string) => {
-    t.same(events.map((e) => e.type), types, what);
+    t.strictSame(events.map((e) => e.type), types, what);
     for (const e of events) t.match(e.metadata, { correlation_id: requestId, causation_id: requestId, actor, project_id: projectId, tenant_id: 'tenant-meta-all', occurred_at: /Z$/ }, `${what}: ${e.type}`);
   };
   await send(`/projects/${projectId}/config/theme`, { method: 'PUT', headers: bearer(key), json: 'dark' }, 'req-meta-put');
@@ -112,12 +113,12 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   const yaml = await app.platform('/docs/openapi.yaml');
   t.equal(yaml.status, 200);
   t.match(yaml.headers.get('content-type'), /yaml/);
-  t.same(parseYaml(await yaml.text()), doc, 'the YAML is the same document');
+  t.strictSame(parseYaml(await yaml.text()), doc, 'the YAML is the same document');
   const statuses = (p: string, m: string) => Object.keys(doc.paths[p][m].responses).sort();
   // The spec's operations not built yet are listed too, marked (test/api/platform-unbuilt.test.ts).
   const operations = Object.entries(doc.paths as Record<string, Record<string, any>>)
     .flatMap(([p, ops]) => Object.entries(ops).filter(([, op]) => op['x-implemented'] !== false).map(([m]) => `${m.toUpperCase()} ${p}`));
-  t.same(operations.sort(), [
+  t.strictSame(operations.sort(), [
     'DELETE /api/v1/projects/{projectId}/config/{key}', 'DELETE /api/v1/projects/{projectId}/keys/{keyId}',
     'GET /api/v1/agents', 'GET /api/v1/agents/{agentId}', 'GET /api/v1/projects', 'GET /api/v1/projects/{projectId}/config',
     'GET /api/v1/projects/{projectId}/config/{key}', 'GET /api/v1/projects/{projectId}/keys',
@@ -125,23 +126,23 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
     'GET /healthz', 'GET /readyz',
   ].sort());
   // The probes are public and outside /api/v1; a 503 from /readyz is a problem like every other error.
-  t.same(doc.paths['/healthz'].get.security, []);
-  t.same(doc.paths['/readyz'].get.security, []);
-  t.same(statuses('/readyz', 'get'), ['200', '403', '500', '503']);
+  t.strictSame(doc.paths['/healthz'].get.security, []);
+  t.strictSame(doc.paths['/readyz'].get.security, []);
+  t.strictSame(statuses('/readyz', 'get'), ['200', '403', '500', '503']);
   t.match(doc.paths['/readyz'].get.responses['200'].content['application/json'].schema.properties, { status: { const: 'ready' }, thread: {}, projections: {} });
   t.match(doc.paths['/readyz'].get.responses['503'].content['application/problem+json'].schema, { $ref: '#/components/schemas/Problem' });
   t.match(doc.paths['/readyz'].get.description, /not-ready/);
   const create = doc.paths['/api/v1/agents'].post;
   t.match(create.requestBody.content['application/json'].schema, { additionalProperties: false, required: ['name'] });
   t.match(create.requestBody.content['application/json'].schema.properties.big5.properties.openness, { minimum: 0, maximum: 1 });
-  t.same(create.security, [{ ApiKey: ['agents:write'] }]);
+  t.strictSame(create.security, [{ ApiKey: ['agents:write'] }]);
   t.match(create.responses['400'].content['application/problem+json'].schema, { $ref: '#/components/schemas/Problem' });
   t.ok(doc.paths['/api/v1/agents/{agentId}'].get.parameters.some((p: any) => p.name === 'X-Min-Position' && p.in === 'header'));
-  t.same(doc.paths['/api/v1/projects/{projectId}/keys'].post.security, [{ SessionJwt: [] }]);
+  t.strictSame(doc.paths['/api/v1/projects/{projectId}/keys'].post.security, [{ SessionJwt: [] }]);
   // The scope a key needs is published with the operation, and its 403 says so.
-  t.same(doc.paths['/api/v1/agents'].post.security, [{ ApiKey: ['agents:write'] }]);
+  t.strictSame(doc.paths['/api/v1/agents'].post.security, [{ ApiKey: ['agents:write'] }]);
   t.equal(doc.paths['/api/v1/agents'].post['x-required-scope'], 'agents:write');
-  t.same(doc.paths['/api/v1/projects/{projectId}/config/{key}'].get.security, [{ ApiKey: ['config:read'] }]);
+  t.strictSame(doc.paths['/api/v1/projects/{projectId}/config/{key}'].get.security, [{ ApiKey: ['config:read'] }]);
   t.match(doc.paths['/api/v1/agents'].post.responses['403'].description, /without the scope `agents:write`/);
   t.notOk('x-required-scope' in doc.paths['/api/v1/projects/{projectId}/keys'].post, 'session-only operations need no key scope');
   // Statuses the handlers can answer: creates that wait for their read model (503) and take an
@@ -150,12 +151,12 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   // operation can fail with 500. Every command can answer 409 (a concurrent change outlasting the bus's
   // retries, or a colliding repeat), 507 (the log's storage is full) and 503 (EventStoreDB did not answer in
   // time), config writes too (an API key, no read-model wait).
-  t.same(statuses('/api/v1/agents', 'post'), ['200', '400', '401', '403', '404', '409', '422', '500', '503', '507']);
-  t.same(statuses('/api/v1/projects', 'post'), ['200', '400', '401', '403', '409', '422', '500', '503', '507']);
-  t.same(statuses('/api/v1/projects/{projectId}/keys/{keyId}', 'delete'), ['200', '400', '401', '403', '404', '409', '500', '503', '507']);
-  t.same(statuses('/api/v1/projects/{projectId}/keys', 'post'), ['200', '400', '401', '403', '404', '409', '500', '503', '507']);
-  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'put'), ['200', '400', '401', '403', '404', '409', '500', '503', '507']);
-  t.same(statuses('/api/v1/projects/{projectId}/config/{key}', 'delete'), ['204', '400', '401', '403', '404', '409', '500', '503', '507']);
+  t.strictSame(statuses('/api/v1/agents', 'post'), ['200', '400', '401', '403', '404', '409', '422', '500', '503', '507']);
+  t.strictSame(statuses('/api/v1/projects', 'post'), ['200', '400', '401', '403', '409', '422', '500', '503', '507']);
+  t.strictSame(statuses('/api/v1/projects/{projectId}/keys/{keyId}', 'delete'), ['200', '400', '401', '403', '404', '409', '500', '503', '507']);
+  t.strictSame(statuses('/api/v1/projects/{projectId}/keys', 'post'), ['200', '400', '401', '403', '404', '409', '500', '503', '507']);
+  t.strictSame(statuses('/api/v1/projects/{projectId}/config/{key}', 'put'), ['200', '400', '401', '403', '404', '409', '500', '503', '507']);
+  t.strictSame(statuses('/api/v1/projects/{projectId}/config/{key}', 'delete'), ['204', '400', '401', '403', '404', '409', '500', '503', '507']);
   t.notOk('507' in doc.paths['/api/v1/agents'].get.responses, 'queries write nothing: no 507');
   t.match(doc.paths['/api/v1/projects/{projectId}/keys'].post.responses['503'].description, /identity provider/);
   t.notMatch(doc.paths['/api/v1/agents'].get.responses['503'].description, /identity provider/, 'a key-only operation\'s 503 names no session cause');
@@ -185,9 +186,9 @@ t.test('both OpenAPI documents: 500 on every operation, 409 and 503 on every com
       }
     }
     const problem = doc.components.schemas.Problem;
-    t.same(Object.keys(problem['x-problem-types']), Object.keys(PROBLEM_TYPES), `${name}: x-problem-types lists the catalogue`);
-    t.same(problem['x-problem-types']['request-too-large'], { type: 'https://cairn.dev/problems/request-too-large', status: [413, 431], meaning: PROBLEM_TYPES['request-too-large'].meaning });
-    t.same(problem.properties.type.examples, Object.keys(PROBLEM_TYPES).map((slug) => `https://cairn.dev/problems/${slug}`), `${name}: the type's examples are every type`);
+    t.strictSame(Object.keys(problem['x-problem-types']), Object.keys(PROBLEM_TYPES), `${name}: x-problem-types lists the catalogue`);
+    t.strictSame(problem['x-problem-types']['request-too-large'], { type: 'https://cairn.dev/problems/request-too-large', status: [413, 431], meaning: PROBLEM_TYPES['request-too-large'].meaning });
+    t.strictSame(problem.properties.type.examples, Object.keys(PROBLEM_TYPES).map((slug) => `https://cairn.dev/problems/${slug}`), `${name}: the type's examples are every type`);
     t.match(problem.properties.type.description, /\| `identity-provider-unavailable` \| 503 \|/, `${name}: the type's description has the table`);
   }
   // A memory command that never waits answers 503 only when the event store does not answer in time.
@@ -201,7 +202,7 @@ t.test('both OpenAPI documents pass an OpenAPI 3.1 validator', async (t) => {
   // state (unique operationIds, every templated path parameter declared, no duplicate parameters).
   for (const [name, res] of [['platform', await app.platform('/docs/openapi.json')], ['memory', await app.memory('/docs/openapi.json')]] as const) {
     const result = await validateOpenApi(await res.json());
-    t.same(result, { valid: true, warnings: [], specification: 'OpenAPI' }, `${name}: ${result.valid ? 'valid' : JSON.stringify(result.errors)}`);
+    t.strictSame(result, { valid: true, warnings: [], specification: 'OpenAPI' }, `${name}: ${result.valid ? 'valid' : JSON.stringify(result.errors)}`);
   }
 });
 
@@ -283,8 +284,8 @@ t.test('JSON bodies must be UTF-8 whatever the charset says, also compressed: 40
   t.equal(created.status, 200);
   t.equal(((await created.json()) as { name: string }).name, name, 'the name as sent');
   const after = { ...bearer(key), 'X-Min-Position': created.headers.get('x-event-position')! };
-  t.same(await (await app.platform(`/projects/${projectId}/config`, { headers: after })).json(), { greeting: value }, 'only the valid config value was written');
-  t.same(((await (await app.platform('/agents', { headers: after })).json()) as Array<{ name: string }>).map((a) => a.name), [name], 'only the valid agent was created');
+  t.strictSame(await (await app.platform(`/projects/${projectId}/config`, { headers: after })).json(), { greeting: value }, 'only the valid config value was written');
+  t.strictSame(((await (await app.platform('/agents', { headers: after })).json()) as Array<{ name: string }>).map((a) => a.name), [name], 'only the valid agent was created');
 });
 
 t.test('requests Node refuses before the app sees them still get problem+json', async (t) => {
@@ -326,7 +327,8 @@ t.test('stopping the server answers the requests in flight instead of cutting th
   const head = await stopping.events.headPosition();
   // A read waiting for a position the log has not reached: in flight when the stop begins, answered 503 at its timeout.
   const inFlight = stopping.platform('/agents', { headers: { ...bearer(key), 'X-Min-Position': String(head + 1000) } });
-  await new Promise((resolve) => setTimeout(resolve, 100));
+  // Waited for, not slept on: a stop begun before the request arrived would test a refused connection instead.
+  await until('the read is waiting in the server', () => stopping.pendingWaits() > 0);
   const stopped = stopping.stop();
   const res = await inFlight;
   t.equal(res.status, 503, 'answered, not ECONNRESET');

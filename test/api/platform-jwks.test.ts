@@ -61,9 +61,9 @@ t.test('an identity provider that cannot be reached is a 503, not a 401 for a va
     const res = await list();
     t.equal(res.status, 503, `JWKS answered ${failure}`);
     t.equal(res.headers.get('content-type'), 'application/problem+json');
-    t.ok(res.headers.get('retry-after'));
+    t.equal(res.headers.get('retry-after'), '5', 'Retry-After: 5 s');
     const body = (await res.json()) as { detail: string };
-    t.match(body, { status: 503, detail: /identity provider/ });
+    t.match(body, { type: 'https://cairn.dev/problems/identity-provider-unavailable', status: 503, detail: /identity provider/ });
     t.notMatch(body.detail, /upstream trouble|html/, 'the provider\'s reply is not passed on');
   }
   answer = 'keys';

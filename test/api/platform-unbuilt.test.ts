@@ -109,7 +109,7 @@ t.test('they are matched after the implemented routes: a wrong method is 405 nam
 t.test('the document says what they answer, and nothing a command would', async (t) => {
   const chat = unbuilt.find((d) => d.shape === 'POST /agents/{}/chat')!;
   t.ok(chat, 'chat is listed');
-  t.same(Object.keys(chat.op.responses).sort(), ['401', '403', '500', '501', '503']);
+  t.same(Object.keys(chat.op.responses).sort(), ['400', '401', '403', '500', '501', '503']);
   t.notOk(chat.op.parameters.some((p: { name: string }) => p.name === 'Idempotency-Key'), 'no Idempotency-Key: nothing is done');
   t.match(chat.op.summary, /not implemented yet/);
   t.same(chat.op.security, [{ ApiKey: [] }]);

@@ -115,7 +115,8 @@ t.test('ingest: a long reply of brackets is read in bounded time', async (t) => 
     const res = await s.post('/v1/ingest', { scope, text: 'I like rain.' });
     const took = Date.now() - started;
     t.equal(res.status, 500, 'no facts in it');
-    t.ok(took < 1500, `answered in ${took} ms`);
+    // Unbounded, 8 MiB of '[' held the event loop 32 s; a bound well above the time it takes keeps a loaded machine from failing it.
+    t.ok(took < 5000, `answered in ${took} ms`);
   }
   // Prose with unclosed braces before the JSON still gives its facts.
   s.server.chat.push(`${'{ note: '.repeat(20)}\n{"facts": ["The user likes rain"]}`);

@@ -44,8 +44,10 @@ async function opsStatus(dataDir: string, env: Record<string, string>, json: boo
   return { code, stdout, stderr };
 }
 
+// The local server answers at once (its 503s included): a timeout of 1 s was reached on a loaded machine, and the
+// failure then named the timeout instead of the 503 these tests expect.
 const embeddingsEnv = (server: OpenAiServer, extra: Record<string, string> = {}) => ({
-  EMBEDDINGS_PROVIDER: 'openai', EMBEDDINGS_BASE_URL: server.url, LLM_EMBEDDING_MODEL: 'test-embed-16', LLM_TIMEOUT_MS: '1000', LLM_MAX_RETRIES: '0', ...extra,
+  EMBEDDINGS_PROVIDER: 'openai', EMBEDDINGS_BASE_URL: server.url, LLM_EMBEDDING_MODEL: 'test-embed-16', LLM_TIMEOUT_MS: '10000', LLM_MAX_RETRIES: '0', ...extra,
 });
 
 for (const thread of ['true', 'false']) {

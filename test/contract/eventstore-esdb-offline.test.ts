@@ -41,7 +41,7 @@ t.test('data or metadata that is not JSON is refused before it reaches the clien
     await t.rejects(store.append('offline-stream', [e], 'no_stream'), TypeError, name);
   }
   await new Promise((resolve) => setImmediate(resolve));
-  t.same(unhandled, [], 'no unhandled rejection');
+  t.strictSame(unhandled, [], 'no unhandled rejection');
 });
 
 /**

@@ -6,6 +6,7 @@ import t, { type Test } from 'tap';
 import { EsdbEventStore } from '../../infra/eventstore/esdb.js';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { readiness, STORE_PROBE_TIMEOUT_MS, type HostHealth } from '../../projections/health.js';
+import { until } from '../support/logs.js';
 import { timed, within } from '../support/settling.js';
 
 /**
@@ -45,6 +46,10 @@ t.test('headPosition and countAfter with timeoutMs: a server that never answers'
   const esdb = await silentGrpcServer(t);
   const store = new EsdbEventStore(esdb.url);
   t.teardown(() => store.close());
+  // The client connects on its first call. Connected first, so that each 300 ms bound below is spent waiting on
+  // its read, not on a connection a loaded machine is slow to set up (the read then never reaches the server).
+  const warmUp = store.headPosition({ timeoutMs: 10_000 }).catch(() => undefined);
+  await until('the client has connected and made its first call', () => esdb.calls.length > 0, 10_000);
 
   for (const [name, call] of [
     ['headPosition', () => store.headPosition({ timeoutMs: 300 })],
@@ -58,6 +63,8 @@ t.test('headPosition and countAfter with timeoutMs: a server that never answers'
     t.ok(made.length > 0 && made.every((c) => c.path === READ), `${name} read $all (${made.map((c) => c.path).join(', ')})`);
     t.ok(await within(Promise.all(made.map((c) => c.closed)), 1000), `${name}: its read is cancelled, not left open on the server`);
   }
+  await store.close();
+  await warmUp;
 });
 
 t.test('readiness bounds the event store\'s probe reads to STORE_PROBE_TIMEOUT_MS', async (t) => {

@@ -365,8 +365,8 @@ t.test('read limits: 0 reads nothing, one past the end reads to the end, a negat
   await store.append('order-1', events, 'no_stream');
   for (const limit of [0, 2, 3, 4, 2 ** 53, 1e20, Infinity]) {
     const expected = events.slice(0, Math.min(limit, events.length)).map((e) => e.id);
-    t.same((await store.readStream('order-1', { limit })).map((e) => e.id), expected, `readStream, limit ${limit}`);
-    t.same((await store.readAll(0, { limit })).map((e) => e.id), expected, `readAll, limit ${limit}`);
+    t.strictSame((await store.readStream('order-1', { limit })).map((e) => e.id), expected, `readStream, limit ${limit}`);
+    t.strictSame((await store.readAll(0, { limit })).map((e) => e.id), expected, `readAll, limit ${limit}`);
   }
   for (const limit of [-1, 1.5, Number.NaN]) {
     await t.rejects(store.readStream('order-1', { limit }), RangeError, `readStream, limit ${limit}`);
@@ -389,8 +389,8 @@ t.test('listStreams and streamInfo pass over a tombstoned stream', async (t) => 
   esdb.write('$streams', ['agent-1', 'agent-2', 'agent-3'].map((s) => ({ type: '$>', contentType: 'application/octet-stream', data: `0@${s}` })));
 
   t.equal(await store.streamInfo('agent-2'), undefined, 'a tombstoned stream has no info');
-  t.same((await store.listStreams({ prefix: 'agent-' })).map((i) => [i.stream, i.revision, i.event_count]), [['agent-1', 1, 2], ['agent-3', 0, 1]]);
-  t.same((await store.listStreams({ prefix: 'agent-', limit: 1, after: 'agent-1' })).map((i) => i.stream), ['agent-3'], 'after it, within the limit');
+  t.strictSame((await store.listStreams({ prefix: 'agent-' })).map((i) => [i.stream, i.revision, i.event_count]), [['agent-1', 1, 2], ['agent-3', 0, 1]]);
+  t.strictSame((await store.listStreams({ prefix: 'agent-', limit: 1, after: 'agent-1' })).map((i) => i.stream), ['agent-3'], 'after it, within the limit');
 });
 
 /**
@@ -436,10 +436,10 @@ t.test('positions the server does not know in a stream read are 0, and an append
   const events = [newEvent('A'), newEvent('B')];
   const appended = await store.append('agent-1', events, 'no_stream');
   const last = esdb.streams.get('agent-1')!.at(-1)!.position;
-  t.same(appended, { revision: 1, position: Number(last) }, 'the append\'s position, read back from $all');
-  t.same((await store.readStream('agent-1')).map((e) => [e.id, e.position]), events.map((e) => [e.id, 0]), 'stream reads: unknown, 0');
+  t.strictSame(appended, { revision: 1, position: Number(last) }, 'the append\'s position, read back from $all');
+  t.strictSame((await store.readStream('agent-1')).map((e) => [e.id, e.position]), events.map((e) => [e.id, 0]), 'stream reads: unknown, 0');
   t.match(await store.streamInfo('agent-1'), { revision: 1, first_position: 0, last_position: 0 });
-  t.same((await store.readAll(0)).map((e) => e.position), [...esdb.streams.values()].flat().map((e) => Number(e.position)).sort((a, b) => a - b), '$all reads know them');
+  t.strictSame((await store.readAll(0)).map((e) => e.position), [...esdb.streams.values()].flat().map((e) => Number(e.position)).sort((a, b) => a - b), '$all reads know them');
 });
 
 /** Unhandled rejections while the test runs (a call left to fail on its own after its timeout must not make one). */
@@ -494,7 +494,7 @@ t.test('a server that never answers: every call fails with EventStoreTimeoutErro
   t.ok(await within(Promise.all(reads), 1000), 'the reads are cancelled, not left open on the server');
   t.ok(await within(store.close(), 2000), 'close does not wait for the appends left running');
   await new Promise((resolve) => setImmediate(resolve));
-  t.same(unhandled, [], 'no unhandled rejection from the appends that failed after their timeout');
+  t.strictSame(unhandled, [], 'no unhandled rejection from the appends that failed after their timeout');
 });
 
 t.test('an append the server does not answer fails after EVENTSTORE_TIMEOUT_MS, through BatchAppend as through Append', async (t) => {
@@ -512,7 +512,7 @@ t.test('an append the server does not answer fails after EVENTSTORE_TIMEOUT_MS, 
     t.ok(await within(store.close(), 2000), `${name}: close does not wait for the appends left running`);
     t.ok(await within(Promise.all(esdb.closed), 2000), `${name}: and ends their calls`);
     await new Promise((resolve) => setImmediate(resolve));
-    t.same(unhandled, [], `${name}: no unhandled rejection`);
+    t.strictSame(unhandled, [], `${name}: no unhandled rejection`);
   }
 });
 
@@ -581,5 +581,5 @@ t.test('the command bus over an append the server does not answer: the commands 
   const again = await timed(bus.handle(stream, configDecider, setConfig('k', 1), meta()), 5000);
   t.equal(again.outcome, 'resolved', `the next command is decided (${String(again.error ?? '')})`);
   const written = esdb.streams.get(stream)!.map((e) => JSON.parse(Buffer.from(e.data).toString('utf8')) as { key: string; value: number });
-  t.same(written.map((e) => [e.key, e.value]), [['k', 0], ['k', 1]], 'k = 1 is appended: the state cached on the unanswered append was dropped');
+  t.strictSame(written.map((e) => [e.key, e.value]), [['k', 0], ['k', 1]], 'k = 1 is appended: the state cached on the unanswered append was dropped');
 });

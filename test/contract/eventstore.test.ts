@@ -43,9 +43,9 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.equal(result.revision, 1, 'revision of the last event');
     t.ok(result.position > head, 'position moves forward');
     const read = await store.readStream(s('new'));
-    t.same(read.map((e) => [e.id, e.stream, e.revision, e.type]), [[a.id, s('new'), 0, 'Alpha'], [b.id, s('new'), 1, 'Beta']]);
-    t.same(read[0]!.data, a.data);
-    t.same(read[0]!.metadata, a.metadata);
+    t.strictSame(read.map((e) => [e.id, e.stream, e.revision, e.type]), [[a.id, s('new'), 0, 'Alpha'], [b.id, s('new'), 1, 'Beta']]);
+    t.strictSame(read[0]!.data, a.data);
+    t.strictSame(read[0]!.metadata, a.metadata);
     t.ok(read[0]!.position < read[1]!.position, 'events of one append get increasing positions');
     t.equal(read[1]!.position, result.position, 'the result is the last event\'s position');
     t.match(read[0]!.recorded_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/);
@@ -67,14 +67,14 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.equal(refused.status, 'rejected');
     t.type(refused.status === 'rejected' && refused.reason, DuplicateEventIdError, 'an id repeated within one append');
     t.equal(bystander.status, 'fulfilled', 'the append committed beside it is written');
-    t.same(await store.readStream(s('half')), [], 'nothing of the refused append is in the log');
+    t.strictSame(await store.readStream(s('half')), [], 'nothing of the refused append is in the log');
     t.equal(await store.streamInfo(s('half')), undefined);
     const unserialisable = { ...newEvent('Big', {}), data: { n: 1n } as unknown as Record<string, unknown> };
     await t.rejects(store.append(s('half'), [newEvent('First', {}), unserialisable], 'no_stream'), 'data that is not JSON is refused');
-    t.same(await store.readStream(s('half')), [], 'still nothing of it');
+    t.strictSame(await store.readStream(s('half')), [], 'still nothing of it');
     const next = await store.append(s('half'), [newEvent('After', {})], 'no_stream');
     t.equal(next.revision, 0, 'the stream is appended to as a new one');
-    t.same((await store.readStream(s('half'))).map((e) => e.type), ['After']);
+    t.strictSame((await store.readStream(s('half'))).map((e) => e.type), ['After']);
   });
 
   await t.test('an append records its events as JSON has them when it is called: readers and live subscribers get the same', async (t) => {
@@ -139,13 +139,13 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.equal(results.length, 2);
     t.match(results, [{ revision: 0 }, { revision: 1 }]);
     t.ok(results[0]!.position > head && results[1]!.position > results[0]!.position, 'written in order');
-    t.same((await store.readStream(s('thing'))).map((e) => e.id), create.map((e) => e.id));
+    t.strictSame((await store.readStream(s('thing'))).map((e) => e.id), create.map((e) => e.id));
     const retried = await store.appendAll([
       { stream: s('name'), events: [reserve], expected: 'no_stream' },
       { stream: s('thing'), events: create, expected: 'no_stream' },
     ]);
-    t.same(retried.map(place), results.map(place), 'a retry with the same event ids writes nothing and answers the same');
-    if (store.kind === 'embedded') t.same([...results, ...retried].map((r) => r.written), [true, true, false, false], 'the embedded log says which appends wrote');
+    t.strictSame(retried.map(place), results.map(place), 'a retry with the same event ids writes nothing and answers the same');
+    if (store.kind === 'embedded') t.strictSame([...results, ...retried].map((r) => r.written), [true, true, false, false], 'the embedded log says which appends wrote');
     else t.ok(retried.every((r) => r.written !== true), 'never says a retry wrote');
     t.equal(await store.headPosition(), results[1]!.position);
 
@@ -157,7 +157,7 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
       { stream: s('thing'), events: [newEvent('Created', {})], expected: 'no_stream' },
     ]), WrongExpectedVersionError);
     if (store.atomicAppendAll) {
-      t.same(await store.readStream(s('name2')), [], 'atomic: nothing of it was written');
+      t.strictSame(await store.readStream(s('name2')), [], 'atomic: nothing of it was written');
       t.equal(await store.headPosition(), before);
     } else {
       t.equal((await store.readStream(s('name2'))).length, 1, 'not atomic: the parts before the failure stay written');
@@ -177,14 +177,14 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.equal(ok.status, 'fulfilled');
     t.equal(failed.status, 'rejected');
     t.equal((await store.readStream(s('bystander2'))).length, 1);
-    if (store.atomicAppendAll) t.same(await store.readStream(s('g1')), []);
+    if (store.atomicAppendAll) t.strictSame(await store.readStream(s('g1')), []);
   });
 
   await t.test('append with the right numeric revision', async (t) => {
     const c = newEvent('Gamma', { n: 3 });
     const result = await store.append(s('new'), [c], 1);
     t.equal(result.revision, 2);
-    t.same((await store.readStream(s('new'))).map((e) => e.revision), [0, 1, 2]);
+    t.strictSame((await store.readStream(s('new'))).map((e) => e.revision), [0, 1, 2]);
   });
 
   await t.test('a wrong revision fails and writes nothing', async (t) => {
@@ -194,9 +194,9 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.match(await expectError(store.append(s('new'), [d], 7), WrongExpectedVersionError), { expected: 7, actual: 2 }, 'ahead');
     t.match(await expectError(store.append(s('missing'), [d], 0), WrongExpectedVersionError), { actual: 'no_stream' }, 'no stream');
     t.equal((await store.readStream(s('new'))).length, 3);
-    t.same(await store.readStream(s('missing')), []);
+    t.strictSame(await store.readStream(s('missing')), []);
     t.equal(await store.headPosition(), head);
-    t.same(await store.readAll(head), [], 'nothing reached the log');
+    t.strictSame(await store.readAll(head), [], 'nothing reached the log');
     t.equal((await store.append(s('new'), [d], 2)).revision, 3, 'the rejected event id was not burnt');
   });
 
@@ -205,7 +205,7 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.match(await expectError(store.append(s('absent'), [e], 'stream_exists'), WrongExpectedVersionError),
       { expected: 'stream_exists', actual: 'no_stream' });
     t.equal(await store.streamInfo(s('absent')), undefined, 'a failed append does not create the stream');
-    t.same(await store.readStream(s('absent')), []);
+    t.strictSame(await store.readStream(s('absent')), []);
     t.equal((await store.append(s('new'), [e], 'stream_exists')).revision, 4);
     t.equal((await store.append(s('any'), [newEvent('Alpha', {})], 'any')).revision, 0, 'any creates a stream');
     t.equal((await store.append(s('any'), [newEvent('Alpha', {})], 'any')).revision, 1, 'and appends to it');
@@ -216,13 +216,13 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     const first = await store.append(s('retry'), [e1, e2], 'no_stream');
     const head = await store.headPosition();
     const retry = await store.append(s('retry'), [e1, e2], 'no_stream');
-    t.same(place(retry), place(first), 'same ids at the same place');
+    t.strictSame(place(retry), place(first), 'same ids at the same place');
     const third = await store.append(s('retry'), [e3], 1);
     const thirdRetry = await store.append(s('retry'), [e3], 1);
-    t.same(place(thirdRetry), place(third), 'with a numeric revision too');
-    if (store.kind === 'embedded') t.same([first.written, retry.written, third.written, thirdRetry.written], [true, false, true, false], 'the embedded log says which appends wrote');
+    t.strictSame(place(thirdRetry), place(third), 'with a numeric revision too');
+    if (store.kind === 'embedded') t.strictSame([first.written, retry.written, third.written, thirdRetry.written], [true, false, true, false], 'the embedded log says which appends wrote');
     else t.not(retry.written, true, 'never says a retry wrote');
-    t.same((await store.readStream(s('retry'))).map((e) => e.id), [e1.id, e2.id, e3.id], 'each event once');
+    t.strictSame((await store.readStream(s('retry'))).map((e) => e.id), [e1.id, e2.id, e3.id], 'each event once');
     t.equal((await store.readAll(head)).length, 1, 'only the third event reached the log');
   });
 
@@ -232,7 +232,7 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     const fresh = newEvent('Beta', {});
     if (store.kind === 'embedded') {
       await expectError(store.append(s('elsewhere'), [reused], 'no_stream'), DuplicateEventIdError);
-      t.same(await store.readStream(s('elsewhere')), [], 'in another stream: rejected');
+      t.strictSame(await store.readStream(s('elsewhere')), [], 'in another stream: rejected');
       await expectError(store.append(s('retry'), [fresh, reused], 2), DuplicateEventIdError);
       t.pass('after a new event, at the end of the same stream: rejected');
       await expectError(store.append(s('retry'), [reused, fresh], 0), DuplicateEventIdError);
@@ -252,11 +252,11 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     await store.append(s('read'), events.slice(0, 2), 'no_stream');
     await store.append(s('read'), events.slice(2), 1);
     const all = await store.readStream(s('read'));
-    t.same(all.map((e) => [e.revision, e.id]), events.map((e, i) => [i, e.id]));
-    t.same((await store.readStream(s('read'), { fromRevision: 2 })).map((e) => e.revision), [2, 3, 4]);
-    t.same((await store.readStream(s('read'), { fromRevision: 2, limit: 2 })).map((e) => e.revision), [2, 3]);
-    t.same(await store.readStream(s('read'), { fromRevision: 5 }), []);
-    t.same(await store.readStream(s('never-written')), []);
+    t.strictSame(all.map((e) => [e.revision, e.id]), events.map((e, i) => [i, e.id]));
+    t.strictSame((await store.readStream(s('read'), { fromRevision: 2 })).map((e) => e.revision), [2, 3, 4]);
+    t.strictSame((await store.readStream(s('read'), { fromRevision: 2, limit: 2 })).map((e) => e.revision), [2, 3]);
+    t.strictSame(await store.readStream(s('read'), { fromRevision: 5 }), []);
+    t.strictSame(await store.readStream(s('never-written')), []);
   });
 
   await t.test('readAll: exclusive fromPosition, limit, filters', async (t) => {
@@ -267,19 +267,19 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     await store.append(s('zed'), [a2], 'no_stream');
     const last = await store.append(s('all-a'), [b2], 1);
     const all = await store.readAll(from);
-    t.same(ids(all), ids([a1, b1, g1, a2, b2]), 'global order, after fromPosition');
+    t.strictSame(ids(all), ids([a1, b1, g1, a2, b2]), 'global order, after fromPosition');
     assertIncreasing(t, all);
     t.equal(all.at(-1)!.position, last.position);
-    t.same(ids(await store.readAll(all[1]!.position)), ids(all.slice(2)), 'fromPosition is exclusive');
-    t.same(ids(await store.readAll(from, { limit: 2 })), ids(all.slice(0, 2)), 'limit');
-    t.same(ids(await store.readAll(from, { filter: { types: ['Alpha'] } })), ids([a1, a2]), 'by type');
-    t.same(ids(await store.readAll(from, { filter: { streamPrefixes: [s('all-')] } })), ids([a1, b1, g1, b2]), 'by stream prefix');
-    t.same(ids(await store.readAll(from, { filter: { types: ['Alpha', 'Gamma'], streamPrefixes: [s('all-b'), s('zed')] } })),
+    t.strictSame(ids(await store.readAll(all[1]!.position)), ids(all.slice(2)), 'fromPosition is exclusive');
+    t.strictSame(ids(await store.readAll(from, { limit: 2 })), ids(all.slice(0, 2)), 'limit');
+    t.strictSame(ids(await store.readAll(from, { filter: { types: ['Alpha'] } })), ids([a1, a2]), 'by type');
+    t.strictSame(ids(await store.readAll(from, { filter: { streamPrefixes: [s('all-')] } })), ids([a1, b1, g1, b2]), 'by stream prefix');
+    t.strictSame(ids(await store.readAll(from, { filter: { types: ['Alpha', 'Gamma'], streamPrefixes: [s('all-b'), s('zed')] } })),
       ids([g1, a2]), 'both');
-    t.same(ids(await store.readAll(from, { filter: { types: ['Beta'] }, limit: 1 })), ids([b1]), 'filter then limit');
-    t.same(await store.readAll(from, { filter: { types: [] } }), [], 'an empty type list matches nothing');
-    t.same(await store.readAll(from, { filter: { streamPrefixes: [] } }), [], 'an empty prefix list matches nothing');
-    t.same(await store.readAll(last.position), [], 'nothing after the head');
+    t.strictSame(ids(await store.readAll(from, { filter: { types: ['Beta'] }, limit: 1 })), ids([b1]), 'filter then limit');
+    t.strictSame(await store.readAll(from, { filter: { types: [] } }), [], 'an empty type list matches nothing');
+    t.strictSame(await store.readAll(from, { filter: { streamPrefixes: [] } }), [], 'an empty prefix list matches nothing');
+    t.strictSame(await store.readAll(last.position), [], 'nothing after the head');
     t.equal(await store.headPosition(), last.position);
   });
 
@@ -295,9 +295,9 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     await within(waiting, 'the subscription');
     for (const limit of [0, 2, 3, 4, 2 ** 53, 1e20, Infinity]) {
       const expected = ids(events.slice(0, Math.min(limit, events.length)));
-      t.same(ids(await store.readStream(s('limits'), { limit })), expected, `readStream, limit ${limit}`);
-      t.same(ids(await store.readAll(from, { limit })), expected, `readAll, limit ${limit}`);
-      t.same(ids(await store.readAll(from, { limit, filter: { types: ['Alpha'] } })), expected, `readAll with a filter, limit ${limit}`);
+      t.strictSame(ids(await store.readStream(s('limits'), { limit })), expected, `readStream, limit ${limit}`);
+      t.strictSame(ids(await store.readAll(from, { limit })), expected, `readAll, limit ${limit}`);
+      t.strictSame(ids(await store.readAll(from, { limit, filter: { types: ['Alpha'] } })), expected, `readAll with a filter, limit ${limit}`);
     }
     for (const limit of [-1, -2, 1.5, Number.NaN]) {
       await t.rejects(store.readStream(s('limits'), { limit }), RangeError, `readStream, limit ${limit}`);
@@ -314,12 +314,12 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     const bear = newEvent('Alpha', {});
     await store.append(`${p}x`, [bear], 'no_stream');
     await store.append(s('🐻'), [newEvent('Alpha', {})], 'no_stream'); // shorter: not under the prefix
-    t.same(ids(await store.readAll(from, { filter: { streamPrefixes: [p] } })), ids([bear]), 'readAll by prefix');
+    t.strictSame(ids(await store.readAll(from, { filter: { streamPrefixes: [p] } })), ids([bear]), 'readAll by prefix');
     const listed = await eventually(async () => {
       const list = await store.listStreams({ prefix: p });
       return list.length === 1 ? list : undefined;
     });
-    t.same(listed.map((i) => i.stream), [`${p}x`], 'listStreams by prefix');
+    t.strictSame(listed.map((i) => i.stream), [`${p}x`], 'listStreams by prefix');
   });
 
   await t.test('listStreams and streamInfo', async (t) => {
@@ -333,9 +333,9 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
       const list = await store.listStreams({ prefix: p });
       return list.length === 3 ? list : undefined;
     });
-    t.same(listed.map((i) => i.stream), [`${p}a`, `${p}b`, `${p}c`], 'sorted by name');
-    t.same((await store.listStreams({ prefix: p, limit: 2 })).map((i) => i.stream), [`${p}a`, `${p}b`], 'limit');
-    t.same((await store.listStreams({ prefix: p, after: `${p}b` })).map((i) => i.stream), [`${p}c`], 'after');
+    t.strictSame(listed.map((i) => i.stream), [`${p}a`, `${p}b`, `${p}c`], 'sorted by name');
+    t.strictSame((await store.listStreams({ prefix: p, limit: 2 })).map((i) => i.stream), [`${p}a`, `${p}b`], 'limit');
+    t.strictSame((await store.listStreams({ prefix: p, after: `${p}b` })).map((i) => i.stream), [`${p}c`], 'after');
     const events = await store.readStream(`${p}c`);
     const info = await store.streamInfo(`${p}c`);
     t.match(info, {
@@ -344,7 +344,7 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
       created_at: String, updated_at: String,
     });
     t.ok(info!.created_at <= info!.updated_at);
-    t.same(listed[2], info, 'a listed stream carries its info');
+    t.strictSame(listed[2], info, 'a listed stream carries its info');
     t.equal(await store.streamInfo(s('ls-none')), undefined);
   });
 
@@ -358,7 +358,7 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     const iterator = store.subscribeToAll(from, { signal: controller.signal })[Symbol.asyncIterator]();
     const caughtUp = [];
     for (let i = 0; i < 3; i++) caughtUp.push((await within(iterator.next(), 'catch-up event')).value as RecordedEvent);
-    t.same(ids(caughtUp), ids([...early, other]), 'catch-up');
+    t.strictSame(ids(caughtUp), ids([...early, other]), 'catch-up');
     const live = newEvent('Beta', {});
     await store.append(s('sub'), [live], 1);
     const next = await within(iterator.next(), 'live event');
@@ -380,13 +380,13 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
       betas.push(e);
       if (betas.length === 2) filtered.abort();
     }
-    t.same(ids(betas), ids([early[1]!, live]), 'filtered by type and stream prefix, ended by abort');
+    t.strictSame(ids(betas), ids([early[1]!, live]), 'filtered by type and stream prefix, ended by abort');
 
     const already = new AbortController();
     already.abort();
     const none = [];
     for await (const e of store.subscribeToAll(from, { signal: already.signal })) none.push(e);
-    t.same(none, [], 'an aborted signal yields nothing');
+    t.strictSame(none, [], 'an aborted signal yields nothing');
   });
 
   await t.test(`${WRITERS} concurrent writers, a subscriber from the start: every acknowledged event exactly once`, async (t) => {
@@ -465,10 +465,10 @@ async function verifyLog(t: Test, store: EventStore, from: number, prefix: strin
   for (const [name, events] of [['subscriber', seen], ['readAll', read]] as const) {
     t.equal(events.length, acked.length, `${name}: as many events as acknowledged`);
     t.equal(new Set(ids(events)).size, events.length, `${name}: no duplicates`);
-    t.same(new Set(ids(events)), new Set(acked), `${name}: exactly the acknowledged events`);
+    t.strictSame(new Set(ids(events)), new Set(acked), `${name}: exactly the acknowledged events`);
     assertIncreasing(t, events, name);
   }
-  t.same(seen.map((e) => [e.id, e.position]), read.map((e) => [e.id, e.position]), 'subscriber and readAll agree on the order');
+  t.strictSame(seen.map((e) => [e.id, e.position]), read.map((e) => [e.id, e.position]), 'subscriber and readAll agree on the order');
 
   const byId = new Map(read.map((e) => [e.id, e]));
   const mismatched = acks.filter((a) => {
@@ -477,7 +477,7 @@ async function verifyLog(t: Test, store: EventStore, from: number, prefix: strin
     return !last || last.position !== a.position || last.revision !== a.revision
       || events.some((e, i) => !e || e.stream !== a.stream || e.revision !== a.revision - (a.ids.length - 1 - i));
   });
-  t.same(mismatched, [], 'each acknowledgement names its events\' stream, revisions and last position');
+  t.strictSame(mismatched, [], 'each acknowledgement names its events\' stream, revisions and last position');
 
   // Guards the test itself: writers that ran one after the other would prove nothing.
   const switches = read.filter((e, i) => i > 0 && e.data.writer !== read[i - 1]!.data.writer).length;
@@ -486,7 +486,7 @@ async function verifyLog(t: Test, store: EventStore, from: number, prefix: strin
   const revisions = new Map<string, number[]>();
   for (const e of read) revisions.set(e.stream, [...(revisions.get(e.stream) ?? []), e.revision]);
   const gaps = [...revisions].filter(([, r]) => r.some((revision, i) => revision !== i));
-  t.same(gaps, [], 'every stream has revisions 0..n-1 in log order');
+  t.strictSame(gaps, [], 'every stream has revisions 0..n-1 in log order');
 }
 
 /** Starts the writer processes, releases them together once all are ready, and returns their acks. */
@@ -600,8 +600,8 @@ t.test('embedded: a read-only store object in the same process (the projection t
   await following;
   subscription.abort();
   t.equal(seen.length, 600);
-  t.same(seen.map((e) => e.position), Array.from({ length: 600 }, (_, i) => i + 1), 'every event once, in log order');
-  t.same(seen, await writer.readAll(0, { limit: 1000 }), 'the same events as the log');
+  t.strictSame(seen.map((e) => e.position), Array.from({ length: 600 }, (_, i) => i + 1), 'every event once, in log order');
+  t.strictSame(seen, await writer.readAll(0, { limit: 1000 }), 'the same events as the log');
 });
 
 const eventStoreUrl = process.env.EVENTSTORE_URL;

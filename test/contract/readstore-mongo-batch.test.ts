@@ -64,7 +64,7 @@ t.test('a batch that loses the race for the checkpoint to another process\'s bat
   t.equal(applied, false, 'false: the runner re-reads the checkpoint, as after any other process moved it');
   t.equal(runs, 1, 'the batch ran once: the second attempt found the checkpoint moved before running it');
   t.equal(commands('commitTransaction'), 0, 'nothing was committed');
-  t.same(state.checkpoint, { position: 7, generation: 1 }, 'the other process\'s checkpoint stands');
+  t.strictSame(state.checkpoint, { position: 7, generation: 1 }, 'the other process\'s checkpoint stands');
 });
 
 t.test('a write conflict while the checkpoint is still the expected one: the batch runs again and commits', async (t) => {
@@ -82,7 +82,7 @@ t.test('a write conflict while the checkpoint is still the expected one: the bat
   t.equal(runs, 2, 'the aborted attempt ran again in a new transaction');
   t.equal(commands('abortTransaction'), 1, 'the conflicting transaction was aborted');
   t.equal(commands('commitTransaction'), 1);
-  t.same(state.checkpoint, { position: 5, generation: 1 });
+  t.strictSame(state.checkpoint, { position: 5, generation: 1 });
 });
 
 t.test('a commit whose outcome is unknown is committed again; a batch that throws is aborted and rethrown', async (t) => {

@@ -46,7 +46,7 @@ t.test('keys BSON cannot hold, or MongoDB would read as paths or operators, are 
 
   t.equal(sent.length, 1, 'the document was sent');
   const keys = (v: unknown): string[] => (v !== null && typeof v === 'object' ? Object.entries(v).flatMap(([k, x]) => [k, ...keys(x)]) : []);
-  t.same(keys(sent[0]).filter((k) => /\0|\.|^\$/.test(k)), [], 'no key as sent holds a NUL byte or a `.`, nor starts with `$`');
+  t.strictSame(keys(sent[0]).filter((k) => /\0|\.|^\$/.test(k)), [], 'no key as sent holds a NUL byte or a `.`, nor starts with `$`');
   t.doesNotThrow(() => BSON.serialize(sent[0]!), 'and BSON holds it');
   t.strictSame(await store.get('items', 'c1'), { ...doc, _position: 5 }, 'get answers the document as written');
   t.strictSame(await store.find('items'), { items: [{ ...doc, _position: 5 }], next_cursor: null }, 'and so does find');

@@ -29,6 +29,6 @@ t.test('reads go to the primary even when the URL asks for secondaries', async (
   t.match(await store.listCheckpoints(), [{ projection: 'p' }]);
   const reads = mongo.received.filter((c) => c.name === 'find' || c.name === 'aggregate');
   t.ok(reads.length >= 8, `${reads.length} reads`);
-  t.same(reads.filter((c) => c.body.$readPreference !== undefined).map((c) => `${c.name} ${c.body.find ?? c.body.aggregate}: ${JSON.stringify(c.body.$readPreference)}`), [],
+  t.strictSame(reads.filter((c) => c.body.$readPreference !== undefined).map((c) => `${c.name} ${c.body.find ?? c.body.aggregate}: ${JSON.stringify(c.body.$readPreference)}`), [],
     'none names another read preference than primary');
 });

@@ -180,10 +180,10 @@ t.test('a swap killed before its drops: the next registration drops the old gene
   });
   const store = await db.connect();
   await store.register('p', P);
-  t.same(db.collections(), ['items__g2', 'tags__g2', ...OTHERS].sort(),
+  t.strictSame(db.collections(), ['items__g2', 'tags__g2', ...OTHERS].sort(),
     'the old generation is gone; the live one, the other projection\'s (live at a lower generation) and other names are not');
   await store.register('p', P);
-  t.same(db.collections(), ['items__g2', 'tags__g2', ...OTHERS].sort(), 'registering again changes nothing');
+  t.strictSame(db.collections(), ['items__g2', 'tags__g2', ...OTHERS].sort(), 'registering again changes nothing');
 });
 
 t.test('a swap killed before clearing the rebuild slot: finishing again clears it and drops the old generation', async (t) => {
@@ -195,7 +195,7 @@ t.test('a swap killed before clearing the rebuild slot: finishing again clears i
   const store = await db.connect();
   t.match(await store.finishRebuild('p', { generation: 2 }), { swapped: true, live: { generation: 2 } });
   t.equal(db.checkpoint('p:rebuild'), undefined, 'the slot is cleared');
-  t.same(db.collections(), ['items__g2', 'tags__g2']);
+  t.strictSame(db.collections(), ['items__g2', 'tags__g2']);
 });
 
 t.test('a drop that fails after the swap: the next swap drops what it left', async (t) => {
@@ -207,12 +207,12 @@ t.test('a drop that fails after the swap: the next swap drops what it left', asy
   await t.rejects(store.finishRebuild('p', { generation: 2 }), /interrupted/);
   db.server.onDrop = undefined;
   t.match(await store.checkpoint('p'), { generation: 2 }, 'swapped in before the drop failed');
-  t.same(db.collections(), ['items__g2', 'tags__g1', 'tags__g2'], 'the collection whose drop failed is left');
+  t.strictSame(db.collections(), ['items__g2', 'tags__g1', 'tags__g2'], 'the collection whose drop failed is left');
 
   t.match(await store.startRebuild('p'), { generation: 3 });
-  t.same(db.collections(), ['items__g2', 'items__g3', 'tags__g1', 'tags__g2', 'tags__g3'], 'starting a rebuild drops no generation in use');
+  t.strictSame(db.collections(), ['items__g2', 'items__g3', 'tags__g1', 'tags__g2', 'tags__g3'], 'starting a rebuild drops no generation in use');
   t.match(await store.finishRebuild('p', { generation: 3 }), { swapped: true, live: { generation: 3 } });
-  t.same(db.collections(), ['items__g3', 'tags__g3'], 'the swap dropped the generation it replaced and the one left before');
+  t.strictSame(db.collections(), ['items__g3', 'tags__g3'], 'the swap dropped the generation it replaced and the one left before');
 });
 
 t.test('with a rebuild running in another process: the live generation, the slot\'s and any a swap may make live survive', async (t) => {
@@ -223,21 +223,21 @@ t.test('with a rebuild running in another process: the live generation, the slot
   await node.register('p', P);
   t.match(await rebuilder.startRebuild('p'), { generation: 2 });
   await node.register('p', P);
-  t.same(db.collections(), ['items__g1', 'items__g2', 'tags__g1', 'tags__g2'], 'a node registering during a rebuild leaves its generation');
+  t.strictSame(db.collections(), ['items__g1', 'items__g2', 'tags__g1', 'tags__g2'], 'a node registering during a rebuild leaves its generation');
 
   // The rebuilder's finishRebuild marks generation 2 for its swap; a rebuild started in another process then supersedes it.
   db.checkpoint('p:rebuild')!.swapping = true;
   t.match(await another.startRebuild('p'), { generation: 3 });
   await node.register('p', P);
-  t.same(db.collections(), ['items__g1', 'items__g2', 'items__g3', 'tags__g1', 'tags__g2', 'tags__g3'],
+  t.strictSame(db.collections(), ['items__g1', 'items__g2', 'items__g3', 'tags__g1', 'tags__g2', 'tags__g3'],
     'a marked generation, which the rebuilder may yet swap in, is left; so is the new rebuild\'s');
 
   // The rebuilder's swap goes through (conditioned on the live generation 1, still live), and it is killed before its drops.
   Object.assign(db.checkpoint('p:live')!, { generation: 2 });
   await node.register('p', P);
-  t.same(db.collections(), ['items__g2', 'items__g3', 'tags__g2', 'tags__g3'], 'the next registration drops the generation swapped out');
+  t.strictSame(db.collections(), ['items__g2', 'items__g3', 'tags__g2', 'tags__g3'], 'the next registration drops the generation swapped out');
   t.match(await another.finishRebuild('p', { generation: 3 }), { swapped: true, live: { generation: 3 } });
-  t.same(db.collections(), ['items__g3', 'tags__g3']);
+  t.strictSame(db.collections(), ['items__g3', 'tags__g3']);
 });
 
 t.test('the rebuild slot\'s generation is never dropped, even below the live one', async (t) => {
@@ -249,7 +249,7 @@ t.test('the rebuild slot\'s generation is never dropped, even below the live one
   });
   const store = await db.connect();
   await store.register('p', P);
-  t.same(db.collections(), ['items__g2', 'items__g3', 'tags__g2', 'tags__g3']);
+  t.strictSame(db.collections(), ['items__g2', 'items__g3', 'tags__g2', 'tags__g3']);
 });
 
 /**
@@ -278,8 +278,8 @@ t.test('a whole rebuild in another process between a start\'s reads and its clai
   });
   t.match(await stalled.startRebuild('p'), { generation: 3 }, 'a generation above the live one');
   t.match(await stalled.checkpoint('p'), { generation: 2 });
-  t.same(db.server.dropped, ['items__g1', 'tags__g1'], 'only the generation swapped out was dropped, not the live one');
-  t.same(db.collections(), ['items__g2', 'items__g3', 'tags__g2', 'tags__g3']);
+  t.strictSame(db.server.dropped, ['items__g1', 'tags__g1'], 'only the generation swapped out was dropped, not the live one');
+  t.strictSame(db.collections(), ['items__g2', 'items__g3', 'tags__g2', 'tags__g3']);
   t.match(db.checkpoint('p:rebuild'), { generation: 3 });
   t.match(await stalled.finishRebuild('p', { generation: 3 }), { swapped: true, live: { generation: 3 } });
 });
@@ -296,7 +296,7 @@ t.test('whole rebuilds in another process between a start\'s reads and its claim
     }
   });
   t.match(await stalled.startRebuild('p'), { generation: 4 }, 'a generation above the live one');
-  t.same(db.collections(), ['items__g3', 'items__g4', 'tags__g3', 'tags__g4']);
+  t.strictSame(db.collections(), ['items__g3', 'items__g4', 'tags__g3', 'tags__g4']);
   t.match(await stalled.finishRebuild('p', { generation: 4 }), { swapped: true, live: { generation: 4 } }, 'its swap moves the live generation forward');
 });
 
@@ -309,12 +309,12 @@ t.test('finishRebuild of a generation another start superseded: nothing is swapp
   t.match(await other.startRebuild('p'), { generation: 3 }, 'another process supersedes it (both have caught up: position 0)');
   const live = await rebuilder.checkpoint('p');
   const dropped = [...db.server.dropped];
-  t.same(await rebuilder.finishRebuild('p', { generation: 2 }), { swapped: false, live, superseded: true });
-  t.same(await rebuilder.checkpoint('p'), live, 'the live checkpoint is untouched');
+  t.strictSame(await rebuilder.finishRebuild('p', { generation: 2 }), { swapped: false, live, superseded: true });
+  t.strictSame(await rebuilder.checkpoint('p'), live, 'the live checkpoint is untouched');
   t.match(db.checkpoint('p:rebuild'), { position: 0, generation: 3 }, 'the other keeps the slot');
   t.notOk(db.checkpoint('p:rebuild')!.swapping, 'not marked for a swap');
-  t.same(db.server.dropped, dropped, 'nothing dropped');
-  t.same(db.collections(), ['items__g1', 'items__g3', 'tags__g1', 'tags__g3']);
+  t.strictSame(db.server.dropped, dropped, 'nothing dropped');
+  t.strictSame(db.collections(), ['items__g1', 'items__g3', 'tags__g1', 'tags__g3']);
   t.match(await other.finishRebuild('p', { generation: 3 }), { swapped: true, live: { generation: 3 } }, 'the other swaps its own in');
   t.match(await rebuilder.finishRebuild('p', { generation: 2 }), { swapped: false, superseded: true, live: { generation: 3 } }, 'an empty slot: superseded too');
 });
@@ -333,12 +333,12 @@ t.test('a start superseding the generation between finishRebuild\'s reads and it
     return other.startRebuild('p').then((cp) => { started = cp.generation === 3; });
   };
   const live = await rebuilder.checkpoint('p');
-  t.same(await rebuilder.finishRebuild('p', { generation: 2 }), { swapped: false, live, superseded: true });
+  t.strictSame(await rebuilder.finishRebuild('p', { generation: 2 }), { swapped: false, live, superseded: true });
   t.ok(started, 'the other start (generation 3) came in between');
-  t.same(await rebuilder.checkpoint('p'), live, 'generation 3, which the slot holds now, is not swapped in');
+  t.strictSame(await rebuilder.checkpoint('p'), live, 'generation 3, which the slot holds now, is not swapped in');
   t.notOk(db.checkpoint('p:rebuild')!.swapping, 'nor marked for a swap');
   t.match(db.checkpoint('p:rebuild'), { generation: 3 });
-  t.same(db.collections(), ['items__g1', 'items__g3', 'tags__g1', 'tags__g3']);
+  t.strictSame(db.collections(), ['items__g1', 'items__g3', 'tags__g1', 'tags__g3']);
   t.match(await other.finishRebuild('p', { generation: 3 }), { swapped: true, live: { generation: 3 } });
 });
 
@@ -351,9 +351,9 @@ t.test('recordPause: each host\'s record in a field of its own, side by side, ke
   const [t0, t1] = ['2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z'];
   await a.recordPause('p', holderA, t1);
   await b.recordPause('p', holderB, t0);
-  t.same(db.checkpoint('p:live')!.paused_by, { a1: { host: 'node-a', pid: 101, since: t1 }, b2: { host: 'node-b', pid: 202, since: t0 } }, 'stored by holder id');
+  t.strictSame(db.checkpoint('p:live')!.paused_by, { a1: { host: 'node-a', pid: 101, since: t1 }, b2: { host: 'node-b', pid: 202, since: t0 } }, 'stored by holder id');
   const both = { paused_at: t0, paused_by: [{ ...holderB, since: t0 }, { ...holderA, since: t1 }] };
-  t.same(await a.checkpoint('p'), { projection: 'p', position: 10, generation: 1, updated_at: null, ...both }, 'earliest first; paused_at the earliest');
+  t.strictSame(await a.checkpoint('p'), { projection: 'p', position: 10, generation: 1, updated_at: null, ...both }, 'earliest first; paused_at the earliest');
   t.match(await b.listCheckpoints(), [{ projection: 'p', ...both }]);
 
   t.match(await a.startRebuild('p'), { generation: 2 });
@@ -362,9 +362,9 @@ t.test('recordPause: each host\'s record in a field of its own, side by side, ke
 
   await b.recordPause('p', holderB, null);
   t.match(await a.checkpoint('p'), { generation: 2, paused_at: t1 });
-  t.same((await a.checkpoint('p')).paused_by, [{ ...holderA, since: t1 }], 'a host clears only its own');
+  t.strictSame((await a.checkpoint('p')).paused_by, [{ ...holderA, since: t1 }], 'a host clears only its own');
   await a.recordPause('p', holderA, null);
-  t.same(db.checkpoint('p:live')!.paused_by, {}, 'an empty field left');
+  t.strictSame(db.checkpoint('p:live')!.paused_by, {}, 'an empty field left');
   const cleared = await a.checkpoint('p');
   t.notOk('paused_at' in cleared || 'paused_by' in cleared, 'reads as none');
   // A pause recorded by the version before holders: whose it is, is unknown; it is not read.

@@ -74,7 +74,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
   await t.test('register, put and get', async (t) => {
     await store.register('alpha', [{ name: 'agents', indexes: [['project_id', 'name']] }, { name: 'docs', indexes: [['score'], ['team']] }]);
     await store.register('beta', [{ name: 'others' }]);
-    t.same(await store.checkpoint('alpha'), { projection: 'alpha', position: 0, generation: 1, updated_at: null });
+    t.strictSame(await store.checkpoint('alpha'), { projection: 'alpha', position: 0, generation: 1, updated_at: null });
     t.equal(await apply('alpha', 10, async (w) => {
       await w.put('agents', { id: 'a1', name: 'Ann', project_id: 'p1', tags: ['x'], profile: { age: 3 } }, 10);
       await w.put('agents', { id: 'a2', at: new Date(0), gone: undefined }, 10);
@@ -110,7 +110,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.equal(await apply('alpha', 30, async (w) => { await w.delete('agents', 'a1', 13); }), true);
     t.equal(await store.get('agents', 'a1'), undefined);
     t.equal(await store.count('agents'), 1);
-    t.same((await store.find('agents')).items.map((d) => d.id), ['a2']);
+    t.strictSame((await store.find('agents')).items.map((d) => d.id), ['a2']);
     t.equal(await apply('alpha', 31, async (w) => {
       await w.put('agents', { id: 'a1', name: 'Late' }, 12);
       await w.delete('agents', 'a1', 13);
@@ -128,25 +128,25 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     }), true);
     const where = async (w: FindOptions['where']) => (await store.find<TeamDoc>('docs', { where: w })).items.map((d) => d.id);
     const expected = (f: (d: TeamDoc) => boolean) => DOCS.filter(f).map((d) => d.id);
-    t.same(await where({}), expected(() => true), 'default order: id ascending, tombstones hidden');
-    t.same(await where({ active: true }), expected((d) => d.active), 'boolean');
-    t.same(await where({ team: null }), expected((d) => d.team == null), 'null matches null and missing');
-    t.same(await where({ team: { $in: ['red', 'green'] } }), expected((d) => d.team === 'red' || d.team === 'green'), '$in');
-    t.same(await where({ team: { $in: [] } }), [], 'empty $in');
-    t.same(await where({ team: { $in: ['green', null] } }), expected((d) => d.team === 'green' || d.team == null),
+    t.strictSame(await where({}), expected(() => true), 'default order: id ascending, tombstones hidden');
+    t.strictSame(await where({ active: true }), expected((d) => d.active), 'boolean');
+    t.strictSame(await where({ team: null }), expected((d) => d.team == null), 'null matches null and missing');
+    t.strictSame(await where({ team: { $in: ['red', 'green'] } }), expected((d) => d.team === 'red' || d.team === 'green'), '$in');
+    t.strictSame(await where({ team: { $in: [] } }), [], 'empty $in');
+    t.strictSame(await where({ team: { $in: ['green', null] } }), expected((d) => d.team === 'green' || d.team == null),
       '$in with null matches null and missing, as `team: null` does');
     t.equal(await store.count('docs', { team: { $in: [null] } }), DOCS.filter((d) => d.team == null).length);
-    t.same(await where({ active: true, team: 'red' }), expected((d) => d.active && d.team === 'red'), 'conjunction');
-    t.same(await where({ 'meta.level': 2 }), expected((d) => d.meta.level === 2), 'nested field');
-    t.same(await where({ score: 3 }), expected((d) => d.score === 3), 'number');
-    t.same(await where({ id: 'd05' }), ['d05'], 'by id');
-    t.same(await where({ id: { $in: ['d02', 'd01', 'd13'] } }), ['d01', 'd02'], 'ids, tombstone excluded');
+    t.strictSame(await where({ active: true, team: 'red' }), expected((d) => d.active && d.team === 'red'), 'conjunction');
+    t.strictSame(await where({ 'meta.level': 2 }), expected((d) => d.meta.level === 2), 'nested field');
+    t.strictSame(await where({ score: 3 }), expected((d) => d.score === 3), 'number');
+    t.strictSame(await where({ id: 'd05' }), ['d05'], 'by id');
+    t.strictSame(await where({ id: { $in: ['d02', 'd01', 'd13'] } }), ['d01', 'd02'], 'ids, tombstone excluded');
     const sorted = async (order: 'asc' | 'desc') =>
       (await store.find<TeamDoc>('docs', { sort: { field: 'score', order } })).items.map((d) => d.id);
-    t.same(await sorted('asc'), inOrder(DOCS, 'score', 'asc'), 'ascending, ties by id');
-    t.same(await sorted('desc'), inOrder(DOCS, 'score', 'desc'), 'descending, ties by id descending');
+    t.strictSame(await sorted('asc'), inOrder(DOCS, 'score', 'asc'), 'ascending, ties by id');
+    t.strictSame(await sorted('desc'), inOrder(DOCS, 'score', 'desc'), 'descending, ties by id descending');
     const page = await store.find<TeamDoc>('docs', { where: { active: true }, sort: { field: 'score', order: 'desc' }, limit: 3 });
-    t.same(page.items.map((d) => d.id), inOrder(DOCS.filter((d) => d.active), 'score', 'desc').slice(0, 3));
+    t.strictSame(page.items.map((d) => d.id), inOrder(DOCS.filter((d) => d.active), 'score', 'desc').slice(0, 3));
     t.type(page.next_cursor, 'string');
     t.strictSame(page.items[0], { ...DOCS.find((d) => d.id === 'd08'), _position: 40 }, 'items look like get()');
   });
@@ -161,7 +161,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
       const docs = DOCS.filter((d) => !c.where || d.active);
       const want = inOrder(docs, c.sort?.field ?? 'id', c.sort?.order ?? 'asc');
       for (const limit of [1, 3, 5, docs.length]) {
-        t.same(await pageAll(store, { ...c, limit }), want, `${JSON.stringify(c)} by ${limit}`);
+        t.strictSame(await pageAll(store, { ...c, limit }), want, `${JSON.stringify(c)} by ${limit}`);
       }
     }
   });
@@ -171,7 +171,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     for (const order of ['asc', 'desc'] as const) {
       const want = inOrder(DOCS, 'team', order);
       for (const limit of [1, 2, 4]) {
-        t.same(await pageAll(store, { sort: { field: 'team', order }, limit }), want, `team ${order} by ${limit}`);
+        t.strictSame(await pageAll(store, { sort: { field: 'team', order }, limit }), want, `team ${order} by ${limit}`);
       }
     }
   });
@@ -198,7 +198,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.equal(await apply('beta', 50, async (w) => {
       await w.put('others', { id: 'o1' }, 50);
       t.match(await w.get('others', 'o1'), { id: 'o1' }, 'a batch reads its own writes');
-      t.same((await w.find('others', {})).items.map((d) => d.id), ['o1']);
+      t.strictSame((await w.find('others', {})).items.map((d) => d.id), ['o1']);
     }), true);
     t.match(await store.checkpoint('beta'), { position: 50, generation: 1 });
     t.ok(await store.get('others', 'o1'));
@@ -235,7 +235,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     await t.rejects(apply('alpha', 90, async (w) => { await w.put('others', { id: 'intruder' }, 90); }), /may not write/);
     await t.rejects(apply('alpha', 90, async (w) => { await w.delete('others', 'o1', 90); }), /may not write/);
     await t.rejects(apply('alpha', 90, async (w) => { await w.put('unregistered', { id: 'x' }, 90); }), /unknown collection/);
-    t.same(await store.checkpoint('alpha'), before);
+    t.strictSame(await store.checkpoint('alpha'), before);
     t.equal(await store.get('others', 'intruder'), undefined);
     t.ok(await store.get('others', 'o1'));
   });
@@ -244,9 +244,9 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     const live = await store.checkpoint('alpha');
     const started = await store.startRebuild('alpha');
     t.match(started, { projection: 'alpha', position: 0, generation: live.generation + 1 });
-    t.same(await store.rebuildCheckpoint('alpha'), started);
-    t.same(await subject.physical(), ['agents@1', 'agents@2', 'docs@1', 'docs@2', 'others@1'], 'a fresh generation beside the live one');
-    t.same(await store.checkpoint('alpha'), live, 'the live checkpoint is untouched');
+    t.strictSame(await store.rebuildCheckpoint('alpha'), started);
+    t.strictSame(await subject.physical(), ['agents@1', 'agents@2', 'docs@1', 'docs@2', 'others@1'], 'a fresh generation beside the live one');
+    t.strictSame(await store.checkpoint('alpha'), live, 'the live checkpoint is untouched');
 
     // Positions past the live runner's, so that the rebuild has caught up when it is swapped in.
     const top = live.position + 15;
@@ -272,12 +272,12 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     const { swapped, live: finished } = await store.finishRebuild('alpha', { generation: started.generation });
     t.equal(swapped, true);
     t.match(finished, { projection: 'alpha', position: top, generation: 2 });
-    t.same(await store.checkpoint('alpha'), finished, 'the live checkpoint is the rebuilt one');
+    t.strictSame(await store.checkpoint('alpha'), finished, 'the live checkpoint is the rebuilt one');
     t.equal(await store.rebuildCheckpoint('alpha'), undefined);
     t.match(await store.get('agents', 'a1'), { name: 'Rebuilt', _position: top }, 'queries read the rebuilt documents');
     t.equal(await store.get('agents', 'a9'), undefined);
-    t.same((await store.find('docs')).items.map((d) => d.id), ['r1']);
-    t.same(await subject.physical(), ['agents@2', 'docs@2', 'others@1'], 'the old generation is gone');
+    t.strictSame((await store.find('docs')).items.map((d) => d.id), ['r1']);
+    t.strictSame(await subject.physical(), ['agents@2', 'docs@2', 'others@1'], 'the old generation is gone');
     t.equal(await store.applyBatch('alpha', { position: live.position + 1, generation: 1 }, 200, async () => {}), false,
       'a live batch expecting the old generation is refused');
     t.equal(await store.applyBatch('alpha', { position: top, generation: 2 }, top + 1, async (w) => {
@@ -285,13 +285,13 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     }), true, 'the runner continues from the rebuilt checkpoint');
     t.match(await store.get('agents', 'a1'), { name: 'After' });
 
-    t.same(await store.finishRebuild('alpha', { generation: started.generation }), { swapped: false, live: await store.checkpoint('alpha'), superseded: true },
+    t.strictSame(await store.finishRebuild('alpha', { generation: started.generation }), { swapped: false, live: await store.checkpoint('alpha'), superseded: true },
       'finishing it again: superseded (its slot is empty), nothing changes');
     await t.rejects(store.finishRebuild('nobody', { generation: 2 }), /no rebuild in progress/);
     await t.rejects(store.startRebuild('nobody'), /unknown projection/);
     t.match(await store.startRebuild('alpha'), { generation: 3 });
     t.match(await store.startRebuild('alpha'), { position: 0, generation: 4 }, 'starting again abandons the previous attempt');
-    t.same(await subject.physical(), ['agents@2', 'agents@4', 'docs@2', 'docs@4', 'others@1'], 'whose tables are dropped');
+    t.strictSame(await subject.physical(), ['agents@2', 'agents@4', 'docs@2', 'docs@4', 'others@1'], 'whose tables are dropped');
     t.match(await store.finishRebuild('alpha', { generation: 3 }), { swapped: false, superseded: true, live: { generation: 2 } }, 'and which is not swapped in');
     // The live runner is at top + 1: a rebuild that has not reached it is not swapped in (readers told
     // that it was applied would miss it), and nothing changes until it has.
@@ -300,27 +300,27 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.match(await store.get('agents', 'a1'), { name: 'After' });
     t.equal(await store.applyBatch('alpha', { position: 0, generation: 4 }, top + 1, async () => {}, { rebuild: true }), true);
     t.match(await store.finishRebuild('alpha', { generation: 4 }), { swapped: true, live: { position: top + 1, generation: 4 } });
-    t.same(await subject.physical(), ['agents@4', 'docs@4', 'others@1']);
+    t.strictSame(await subject.physical(), ['agents@4', 'docs@4', 'others@1']);
   });
 
   await t.test('abandonRebuild drops an unfinished generation, and only that one', async (t) => {
     const live = await store.checkpoint('alpha');
     const started = await store.startRebuild('alpha');
     await store.abandonRebuild('alpha', started.generation - 1);
-    t.same(await store.rebuildCheckpoint('alpha'), started, 'not a generation in the rebuild slot: nothing changes');
+    t.strictSame(await store.rebuildCheckpoint('alpha'), started, 'not a generation in the rebuild slot: nothing changes');
     await store.abandonRebuild('alpha', started.generation);
     t.equal(await store.rebuildCheckpoint('alpha'), undefined);
-    t.same(await store.checkpoint('alpha'), live, 'the live checkpoint is untouched');
-    t.same(await subject.physical(), ['agents@4', 'docs@4', 'others@1'], 'the unfinished tables are gone');
+    t.strictSame(await store.checkpoint('alpha'), live, 'the live checkpoint is untouched');
+    t.strictSame(await subject.physical(), ['agents@4', 'docs@4', 'others@1'], 'the unfinished tables are gone');
     await store.abandonRebuild('alpha', live.generation);
-    t.same(await store.checkpoint('alpha'), live, 'the live generation is never abandoned');
+    t.strictSame(await store.checkpoint('alpha'), live, 'the live generation is never abandoned');
   });
 
   await t.test('listCheckpoints: the live checkpoint of every projection', async (t) => {
     await store.startRebuild('beta');
-    t.same(await store.listCheckpoints(), [await store.checkpoint('alpha'), await store.checkpoint('beta')]);
+    t.strictSame(await store.listCheckpoints(), [await store.checkpoint('alpha'), await store.checkpoint('beta')]);
     t.match(await store.listCheckpoints(), [{ projection: 'alpha', generation: 4 }, { projection: 'beta', position: 50, generation: 1 }]);
-    t.same(await store.listCheckpoints({ timeoutMs: 5000 }), await store.listCheckpoints(), 'a bound the store answers within (a probe\'s) changes nothing');
+    t.strictSame(await store.listCheckpoints({ timeoutMs: 5000 }), await store.listCheckpoints(), 'a bound the store answers within (a probe\'s) changes nothing');
   });
 
   await t.test('recordFailure: beside the live checkpoint until cleared, and not carried into a rebuilt generation', async (t) => {
@@ -330,10 +330,10 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.notOk('failure' in before, 'none until one is recorded');
     const failure = { message: 'ProviderError: embeddings provider answered 503', since: '2026-01-01T00:00:00.000Z', count: 3, last_at: '2026-01-01T00:00:02.000Z' };
     await store.recordFailure('gamma', failure);
-    t.same(await store.checkpoint('gamma'), { ...before, failure }, 'position, generation and updated_at unchanged');
-    t.same((await store.listCheckpoints()).find((c) => c.projection === 'gamma'), { ...before, failure }, 'listed with it');
+    t.strictSame(await store.checkpoint('gamma'), { ...before, failure }, 'position, generation and updated_at unchanged');
+    t.strictSame((await store.listCheckpoints()).find((c) => c.projection === 'gamma'), { ...before, failure }, 'listed with it');
     await store.recordFailure('gamma', { ...failure, count: 4 });
-    t.same((await store.checkpoint('gamma')).failure, { ...failure, count: 4 }, 'replaced by the next one');
+    t.strictSame((await store.checkpoint('gamma')).failure, { ...failure, count: 4 }, 'replaced by the next one');
     t.equal(await apply('gamma', 6, async () => {}), true, 'batches commit as before: the guard is position and generation');
     t.match(await store.checkpoint('gamma'), { position: 6, failure: { count: 4 } }, 'a commit leaves it: the runner clears it');
     await store.recordFailure('gamma', null);
@@ -363,13 +363,13 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     const [t0, t1, t2] = ['2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:02.000Z'];
     await store.recordPause('delta', a, t1);
     const onlyA = { ...before, paused_at: t1, paused_by: [{ ...a, since: t1 }] };
-    t.same(await store.checkpoint('delta'), onlyA, 'position, generation and updated_at unchanged');
-    t.same((await store.listCheckpoints()).find((c) => c.projection === 'delta'), onlyA, 'listed with it');
+    t.strictSame(await store.checkpoint('delta'), onlyA, 'position, generation and updated_at unchanged');
+    t.strictSame((await store.listCheckpoints()).find((c) => c.projection === 'delta'), onlyA, 'listed with it');
     await other.recordPause('delta', b, t0);
-    t.same(await store.checkpoint('delta'), { ...before, paused_at: t0, paused_by: [{ ...b, since: t0 }, { ...a, since: t1 }] },
+    t.strictSame(await store.checkpoint('delta'), { ...before, paused_at: t0, paused_by: [{ ...b, since: t0 }, { ...a, since: t1 }] },
       'another holder (another process) records its own beside it: earliest first, `paused_at` the earliest');
     await store.recordPause('delta', a, t2);
-    t.same((await store.checkpoint('delta')).paused_by, [{ ...b, since: t0 }, { ...a, since: t2 }], 'a holder\'s next record replaces its own');
+    t.strictSame((await store.checkpoint('delta')).paused_by, [{ ...b, since: t0 }, { ...a, since: t2 }], 'a holder\'s next record replaces its own');
     t.equal(await apply('delta', 6, async () => {}), true, 'batches commit as before');
     t.match(await store.checkpoint('delta'), { position: 6, paused_at: t0, paused_by: [{ id: 'b2' }, { id: 'a1' }] }, 'a commit leaves them');
     const rebuild = await store.startRebuild('delta');
@@ -380,9 +380,9 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
       'a rebuild swapped in keeps them: the runners are still paused');
     await other.recordPause('delta', b, null);
     t.match(await store.checkpoint('delta'), { paused_at: t2 });
-    t.same((await store.checkpoint('delta')).paused_by, [{ ...a, since: t2 }], 'clearing one holder\'s record leaves the other\'s');
+    t.strictSame((await store.checkpoint('delta')).paused_by, [{ ...a, since: t2 }], 'clearing one holder\'s record leaves the other\'s');
     await Promise.all([store.recordPause('delta', b, t1), other.recordPause('delta', { ...a, id: 'a3' }, t1)]);
-    t.same((await store.checkpoint('delta')).paused_by?.map((r) => r.id), ['a3', 'b2', 'a1'], 'records written at once by two connections are all kept');
+    t.strictSame((await store.checkpoint('delta')).paused_by?.map((r) => r.id), ['a3', 'b2', 'a1'], 'records written at once by two connections are all kept');
     for (const holder of [a, b, { ...a, id: 'a3' }]) await store.recordPause('delta', holder, null);
     const cleared = await store.checkpoint('delta');
     t.notOk('paused_at' in cleared || 'paused_by' in cleared, 'cleared');
@@ -390,7 +390,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     const listed = (await store.listCheckpoints()).find((c) => c.projection === 'delta')!;
     t.notOk('paused_at' in listed || 'paused_by' in listed, 'clearing twice is harmless');
     await t.rejects(store.recordPause('delta', { ...a, id: 'a.b' }, t1), /invalid pause holder id/, 'an id that is no field name is refused');
-    t.same(await store.checkpoint('delta'), cleared);
+    t.strictSame(await store.checkpoint('delta'), cleared);
   });
 
   await t.test('finishRebuild with the rebuild\'s generation: refused (superseded) once another start holds the slot, nothing changes', async (t) => {
@@ -404,10 +404,10 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     const second = await other.startRebuild('overtaken');
     t.equal(await other.applyBatch('overtaken', second, 3, async (w) => { await w.put('overtaken_docs', { id: 'o1', v: 'second' }, 3); }, { rebuild: true }), true,
       'the second rebuild has caught up too: without a generation, finishing would swap it in');
-    t.same(await store.finishRebuild('overtaken', { generation: first.generation }), { swapped: false, live, superseded: true });
-    t.same(await store.finishRebuild('overtaken', { generation: first.generation, stale: { position: live.position, generation: live.generation } }),
+    t.strictSame(await store.finishRebuild('overtaken', { generation: first.generation }), { swapped: false, live, superseded: true });
+    t.strictSame(await store.finishRebuild('overtaken', { generation: first.generation, stale: { position: live.position, generation: live.generation } }),
       { swapped: false, live, superseded: true }, 'not with a stale live checkpoint either');
-    t.same(await store.checkpoint('overtaken'), live, 'the live checkpoint is untouched');
+    t.strictSame(await store.checkpoint('overtaken'), live, 'the live checkpoint is untouched');
     t.match(await store.rebuildCheckpoint('overtaken'), { position: 3, generation: second.generation }, 'the second one keeps the slot');
     t.match(await store.get('overtaken_docs', 'o1'), { v: 'live' });
     t.match(await other.finishRebuild('overtaken', { generation: second.generation }), { swapped: true, live: { position: 3, generation: second.generation } });
@@ -432,18 +432,18 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
       t.ok(first.generation !== second.generation && first.generation > live.generation, `from ${slot}: generations ${first.generation} and ${second.generation}`);
       t.match(starts, [{ projection: 'racing', position: 0 }, { projection: 'racing', position: 0 }]);
       t.match(await store.rebuildCheckpoint('racing'), { position: 0, generation: second.generation }, 'the later one holds the rebuild slot');
-      t.same(await store.checkpoint('racing'), live, 'the live checkpoint is untouched');
-      t.same(await racingTables(), [`racing_docs@${live.generation}`, `racing_docs@${second.generation}`].sort(),
+      t.strictSame(await store.checkpoint('racing'), live, 'the live checkpoint is untouched');
+      t.strictSame(await racingTables(), [`racing_docs@${live.generation}`, `racing_docs@${second.generation}`].sort(),
         'the superseded generation\'s tables are gone (and the one superseded before it), the later one\'s are there');
       t.equal(await store.applyBatch('racing', first, 3, async (w) => { await w.put('racing_docs', { id: 'r1', v: 'superseded' }, 3); }, { rebuild: true }),
         false, 'a batch of the superseded generation is refused');
       t.equal(await other.applyBatch('racing', second, 3, async (w) => { await w.put('racing_docs', { id: 'r1', v: 'rebuilt' }, 3); }, { rebuild: true }),
         true, 'a batch of the later one is applied');
-      t.same(await racingTables(), [`racing_docs@${live.generation}`, `racing_docs@${second.generation}`].sort(), 'and nothing came back');
+      t.strictSame(await racingTables(), [`racing_docs@${live.generation}`, `racing_docs@${second.generation}`].sort(), 'and nothing came back');
     }
     t.match(await store.finishRebuild('racing', { generation: later!.generation }), { swapped: true, live: { position: 3, generation: later!.generation } });
     t.match(await store.get('racing_docs', 'r1'), { v: 'rebuilt' }, 'the later one is swapped in');
-    t.same(await racingTables(), [`racing_docs@${later!.generation}`]);
+    t.strictSame(await racingTables(), [`racing_docs@${later!.generation}`]);
   });
 
   await t.test('finishRebuild and startRebuild at once: the live generation keeps its documents', async (t) => {
@@ -459,7 +459,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.equal(live.generation, finished.swapped ? rebuild.generation : before.generation, `swapped: ${finished.swapped}; live is the generation that says`);
     t.match(await store.get('racing_docs', 'r1'), { v: finished.swapped ? 'finished' : 'rebuilt' }, 'and its documents are there');
     t.match(await store.rebuildCheckpoint('racing'), { position: 0, generation: started.generation }, 'the start holds the rebuild slot');
-    t.same((await subject.physical()).filter((p) => p.startsWith('racing_docs@')), [`racing_docs@${live.generation}`, `racing_docs@${started.generation}`].sort());
+    t.strictSame((await subject.physical()).filter((p) => p.startsWith('racing_docs@')), [`racing_docs@${live.generation}`, `racing_docs@${started.generation}`].sort());
   });
 
   // Last: its projection would show in the physical listings above.
@@ -499,7 +499,7 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
       t.comment(`${swaps} swaps, ${rounds} rounds of reads, ${during} of them during a swap`);
     }
     t.ok(during >= 20, `swaps happened during ${during} rounds of reads`);
-    t.same([...new Set(wrong)], [], `no read missed (${wrong.length} of ${rounds} rounds did)`);
+    t.strictSame([...new Set(wrong)], [], `no read missed (${wrong.length} of ${rounds} rounds did)`);
   });
 
   await t.test('finishRebuild with a stale live checkpoint (past the log\'s end): swapped in behind it, only while it is that one', async (t) => {
@@ -538,20 +538,20 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
     t.strictSame(await store.get('shapes_docs', 'value'), { id: 'value', label: null, value, _position: 9 }, 'keys, a 1 MiB string and 10,000 items as written');
     t.strictSame((await store.find('shapes_docs', { where: { id: 'value' } })).items, [{ id: 'value', label: null, value, _position: 9 }], 'find answers them alike');
     t.strictSame(await store.get('shapes_docs', '中'), { id: '中', label: ids[ids.length - 1 - ids.indexOf('中')], _position: 9 });
-    t.same((await store.find('shapes_docs', { where: { label: 'é' } })).items.map((d) => d.id), [ids[ids.length - 1 - ids.indexOf('é')]], 'where on a Unicode value');
+    t.strictSame((await store.find('shapes_docs', { where: { label: 'é' } })).items.map((d) => d.id), [ids[ids.length - 1 - ids.indexOf('é')]], 'where on a Unicode value');
     // Code point order (UTF-8 bytes), in both stores: not JavaScript's `<` (UTF-16 units), which puts U+1D538 before U+FFFD.
     const byCodePoint = (a: string, b: string) => { const [x, y] = [[...a].map((c) => c.codePointAt(0)!), [...b].map((c) => c.codePointAt(0)!)];
       for (let i = 0; i < Math.min(x.length, y.length); i++) if (x[i] !== y[i]) return x[i]! - y[i]!;
       return x.length - y.length; };
     const all = [...ids, 'value'].sort(byCodePoint);
     for (const limit of [1, 3, all.length, all.length + 1]) {
-      t.same(await pageAll(store, { limit }, 'shapes_docs'), all, `ids ascending by ${limit}`);
-      t.same(await pageAll(store, { sort: { field: 'id', order: 'desc' }, limit }, 'shapes_docs'), [...all].reverse(), `ids descending by ${limit}`);
+      t.strictSame(await pageAll(store, { limit }, 'shapes_docs'), all, `ids ascending by ${limit}`);
+      t.strictSame(await pageAll(store, { sort: { field: 'id', order: 'desc' }, limit }, 'shapes_docs'), [...all].reverse(), `ids descending by ${limit}`);
     }
     const labelled = [...ids].sort(byCodePoint).map((label) => ids[ids.length - 1 - ids.indexOf(label)]!);
     for (const limit of [1, 4]) {
-      t.same(await pageAll(store, { sort: { field: 'label', order: 'asc' }, limit }, 'shapes_docs'), ['value', ...labelled], `labels ascending by ${limit}`);
-      t.same(await pageAll(store, { sort: { field: 'label', order: 'desc' }, limit }, 'shapes_docs'), [...labelled].reverse().concat('value'), `labels descending by ${limit}`);
+      t.strictSame(await pageAll(store, { sort: { field: 'label', order: 'asc' }, limit }, 'shapes_docs'), ['value', ...labelled], `labels ascending by ${limit}`);
+      t.strictSame(await pageAll(store, { sort: { field: 'label', order: 'desc' }, limit }, 'shapes_docs'), [...labelled].reverse().concat('value'), `labels descending by ${limit}`);
     }
   });
 
@@ -576,17 +576,17 @@ async function readStoreContract(t: Test, open: () => Promise<Subject>): Promise
       });
       await open;
       if (subject.atomicBatches) {
-        t.same(await now(), before, `while the batch that ${outcome} is open: get, find and count answer as before it`);
+        t.strictSame(await now(), before, `while the batch that ${outcome} is open: get, find and count answer as before it`);
       } else {
         t.comment('without transactions (MongoDB standalone) readers see a batch\'s documents as they are written');
       }
       release();
       if (outcome === 'fails') {
         await t.rejects(batch, /provider down/);
-        if (subject.atomicBatches) t.same(await now(), before, 'and after it failed');
+        if (subject.atomicBatches) t.strictSame(await now(), before, 'and after it failed');
       } else {
         t.equal(await batch, true);
-        t.same(await now(), {
+        t.strictSame(await now(), {
           h1: { id: 'h1', n: 2, _position: 20 },
           page: { items: [{ id: 'h3', n: 1, _position: 20 }], next_cursor: null },
           count: 2,
@@ -647,13 +647,13 @@ t.test('embedded: a file from before failures and pauses were recorded gets the 
   // Two connections open it (the server's and its projection thread's): the column is added once.
   const [a, b] = [new EmbeddedReadStore(file, { checkpointer: false }), new EmbeddedReadStore(file, { checkpointer: false })];
   t.teardown(async () => { await a.close(); await b.close(); });
-  t.same(await b.listCheckpoints(), [{ projection: 'old', position: 7, generation: 1, updated_at: '2026-01-01T00:00:00.000Z' }]);
+  t.strictSame(await b.listCheckpoints(), [{ projection: 'old', position: 7, generation: 1, updated_at: '2026-01-01T00:00:00.000Z' }]);
   const failure = { message: 'boom', since: '2026-01-01T00:00:01.000Z', count: 1, last_at: '2026-01-01T00:00:01.000Z' };
   await a.recordFailure('old', failure);
-  t.same((await b.checkpoint('old')).failure, failure, 'seen by the other connection');
+  t.strictSame((await b.checkpoint('old')).failure, failure, 'seen by the other connection');
   const holder = { host: 'node-a', pid: 101, id: 'a1' };
   await a.recordPause('old', holder, '2026-01-01T00:00:02.000Z');
-  t.same((await b.checkpoint('old')).paused_by, [{ ...holder, since: '2026-01-01T00:00:02.000Z' }]);
+  t.strictSame((await b.checkpoint('old')).paused_by, [{ ...holder, since: '2026-01-01T00:00:02.000Z' }]);
 });
 
 t.test('embedded: a pause recorded without its holder (a file of the version before holders) is not read', async (t) => {
@@ -666,7 +666,7 @@ t.test('embedded: a pause recorded without its holder (a file of the version bef
   const store = new EmbeddedReadStore(file, { checkpointer: false });
   t.teardown(() => store.close());
   // Whose it was is unknown: that version's next server to start cleared it, as this one does by not reading it.
-  t.same(await store.listCheckpoints(), [{ projection: 'old', position: 7, generation: 1, updated_at: null }]);
+  t.strictSame(await store.listCheckpoints(), [{ projection: 'old', position: 7, generation: 1, updated_at: null }]);
   await store.recordPause('old', { host: 'node-a', pid: 101, id: 'a1' }, '2026-01-01T00:00:01.000Z');
   t.match(await store.checkpoint('old'), { paused_at: '2026-01-01T00:00:01.000Z', paused_by: [{ id: 'a1' }] });
 });

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { configStream } from '../../domain/config/decider.js';
@@ -31,7 +31,7 @@ t.test('SIGKILL during a stream of writes loses no acknowledged write; projectio
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-crash-'));
   const [port, memoryPort] = [await freePort(), await freePort()];
   let server = await startServer(dataDir, port, memoryPort);
-  t.teardown(() => { server.kill('SIGKILL'); });
+  t.teardown(() => { server.kill('SIGKILL'); rmSync(dataDir, { recursive: true, force: true }); });
   const base = `http://127.0.0.1:${port}/api/v1`;
   const session = await sessionToken();
   const project = (await (await fetch(`${base}/projects`, { method: 'POST', headers: { ...bearer(session), 'Content-Type': 'application/json' }, body: JSON.stringify({ name: 'crash' }) })).json()) as { project_id: string };
@@ -41,7 +41,9 @@ t.test('SIGKILL during a stream of writes loses no acknowledged write; projectio
   // 8 writers keep writing distinct config keys; the server is killed while they are in flight.
   const acknowledged = new Map<string, { value: number; position: number }>();
   let stop = false;
+  let killed = false;
   let failures = 0;
+  const refusedBeforeKill: string[] = [];
   const writers = Array.from({ length: 8 }, async (_, w) => {
     for (let i = 0; !stop; i++) {
       const key = `w${w}-${i}`;
@@ -49,16 +51,20 @@ t.test('SIGKILL during a stream of writes loses no acknowledged write; projectio
         const res = await fetch(`${base}/projects/${project.project_id}/config/${key}`, { method: 'PUT', headers, body: JSON.stringify(i) });
         if (res.status === 200) acknowledged.set(key, { value: i, position: Number(res.headers.get('x-event-position')) });
         else failures++;
-      } catch {
-        return; // connection refused/reset: the server is gone
+      } catch (error) {
+        // Connection refused/reset: the server is gone, if it was killed; before that, a failed write.
+        if (!killed) refusedBeforeKill.push(String(error));
+        return;
       }
     }
   });
   while (acknowledged.size < 400) await new Promise((r) => setTimeout(r, 5));
+  killed = true;
   server.kill('SIGKILL');
   stop = true;
   await Promise.all(writers);
   t.equal(failures, 0, 'no write failed before the kill');
+  t.strictSame(refusedBeforeKill, [], 'no connection failed before the kill');
   t.ok(acknowledged.size >= 400, `${acknowledged.size} writes were acknowledged before the kill`);
 
   // Every acknowledged write is in the log, at the position the response named.

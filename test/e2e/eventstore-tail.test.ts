@@ -1,16 +1,23 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import type { RecordedEvent } from '../../infra/eventstore/port.js';
 
+/** A directory of its own, removed when `t` ends. */
+function tempDir(t: Test, prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
 const meta = { correlation_id: 'c', causation_id: 'c', actor: 't', occurred_at: '2026-01-01T00:00:00.000Z' };
 const event = (n: number) => ({ id: randomUUID(), type: 'Counted', data: { n }, metadata: meta });
 
 t.test('the in-memory tail never hides events another writer appended in between', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-tail-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-tail-'), 'events.db');
   // Two stores on one file stand for two processes: each has its own writer thread and tail.
   const a = new EmbeddedEventStore(file);
   const b = new EmbeddedEventStore(file);
@@ -31,16 +38,16 @@ t.test('the in-memory tail never hides events another writer appended in between
   }
   await subscriber;
   t.equal(seen.length, total);
-  t.same(seen.map((e) => e.position), Array.from({ length: total }, (_, i) => i + 1), 'every position once, in order');
+  t.strictSame(seen.map((e) => e.position), Array.from({ length: total }, (_, i) => i + 1), 'every position once, in order');
   const all = await a.readAll(0, { limit: 10_000 });
-  t.same(all.map((e) => [e.id, e.position, e.revision, e.stream, e.type, e.data]), seen.map((e) => [e.id, e.position, e.revision, e.stream, e.type, e.data]),
+  t.strictSame(all.map((e) => [e.id, e.position, e.revision, e.stream, e.type, e.data]), seen.map((e) => [e.id, e.position, e.revision, e.stream, e.type, e.data]),
     'what the tail served is what the log holds');
-  t.same(all.map((e) => e.recorded_at), seen.map((e) => e.recorded_at));
+  t.strictSame(all.map((e) => e.recorded_at), seen.map((e) => e.recorded_at));
 });
 
 t.test('a process with commits in flight is kept alive until they are acknowledged', async (t) => {
   const { spawnSync } = await import('node:child_process');
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-alive-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-alive-'), 'events.db');
   const fixture = new URL('./fixtures/append-and-exit.ts', import.meta.url).pathname;
   const run = spawnSync(process.execPath, ['--import', 'tsx', fixture, file], { encoding: 'utf8', cwd: new URL('../..', import.meta.url).pathname });
   t.equal(run.status, 0, run.stderr);
@@ -48,7 +55,7 @@ t.test('a process with commits in flight is kept alive until they are acknowledg
 });
 
 t.test('a filtered subscription reports the positions it read past', async (t) => {
-  const store = new EmbeddedEventStore(join(mkdtempSync(join(tmpdir(), 'cairn-onpos-')), 'events.db'));
+  const store = new EmbeddedEventStore(join(tempDir(t, 'cairn-onpos-'), 'events.db'));
   t.teardown(() => store.close());
   for (let i = 0; i < 10; i++) {
     await store.append(`s-${i}`, [{ id: randomUUID(), type: i % 3 === 0 ? 'Wanted' : 'Other', data: { i }, metadata: meta }], 'no_stream');
@@ -59,7 +66,7 @@ t.test('a filtered subscription reports the positions it read past', async (t) =
     log.push(`event ${e.position}`);
     if (e.position === 10) abort.abort();
   }
-  t.same(log, ['event 1', 'event 4', 'event 7', 'event 10'], 'only matching events; nothing passed ahead of an event still to come');
+  t.strictSame(log, ['event 1', 'event 4', 'event 7', 'event 10'], 'only matching events; nothing passed ahead of an event still to come');
   const passed: number[] = [];
   const second = new AbortController();
   const seen: number[] = [];
@@ -68,13 +75,13 @@ t.test('a filtered subscription reports the positions it read past', async (t) =
   })();
   await store.append('s-last', [{ id: randomUUID(), type: 'Other', data: {}, metadata: meta }], 'no_stream');
   await consumer;
-  t.same(seen, [1, 4, 7, 10]);
+  t.strictSame(seen, [1, 4, 7, 10]);
   t.ok(passed.includes(11), 'a position with no matching event is reported');
   t.ok(passed.every((p) => p >= 10), 'reported only after the last matching event before it was taken');
 });
 
 t.test('a store keeps no tail without subscribers, and subscriptions that come and go still see every event once', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-notail-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-notail-'), 'events.db');
   const store = new EmbeddedEventStore(file);
   t.teardown(() => store.close());
   const tailLength = () => (store as unknown as { tail: unknown[] }).tail.length;
@@ -96,18 +103,18 @@ t.test('a store keeps no tail without subscribers, and subscriptions that come a
     return seen;
   };
   const first = await follow(0, 80, 30);
-  t.same(first.map((e) => e.position), Array.from({ length: 80 }, (_, i) => i + 1), 'history from the log, then live appends from the tail');
+  t.strictSame(first.map((e) => e.position), Array.from({ length: 80 }, (_, i) => i + 1), 'history from the log, then live appends from the tail');
   t.ok(tailLength() > 0, 'while subscribed, appends feed the tail');
 
   await Promise.all(Array.from({ length: 20 }, (_, i) => store.append(`between-${i}`, [event(n++)], 'no_stream')));
   const second = await follow(80, 40, 20);
-  t.same(second.map((e) => e.position), Array.from({ length: 40 }, (_, i) => i + 81), 'appends made while nobody listened are read from the log');
-  t.same((await store.readAll(0, { limit: 1000 })).map((e) => e.position), Array.from({ length: 120 }, (_, i) => i + 1));
+  t.strictSame(second.map((e) => e.position), Array.from({ length: 40 }, (_, i) => i + 81), 'appends made while nobody listened are read from the log');
+  t.strictSame((await store.readAll(0, { limit: 1000 })).map((e) => e.position), Array.from({ length: 120 }, (_, i) => i + 1));
 });
 
 t.test('a store following its process\'s commits reads no more than its tail keeps after a burst from another process', async (t) => {
   const { spawnSync } = await import('node:child_process');
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-burst-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-burst-'), 'events.db');
   const writer = new EmbeddedEventStore(file);
   const reader = new EmbeddedEventStore(file, { appends: false }); // the projection thread's
   t.teardown(async () => { await writer.close(); await reader.close(); });
@@ -141,7 +148,7 @@ t.test('a store following its process\'s commits reads no more than its tail kee
   clearInterval(monitor);
   abort.abort();
   await following;
-  t.same(seen.map((e) => [e.stream, e.position]), [['before', 1], ['after', after.position]], 'every wanted event once, none of the burst');
+  t.strictSame(seen.map((e) => [e.stream, e.position]), [['before', 1], ['after', after.position]], 'every wanted event once, none of the burst');
   t.equal(after.position, burst + 2);
   // Reading and parsing all 200,000 rows (all in memory at once, ~170 MB) stalled it 1.7-2.3 s here; the tail's 8,192, ~50 ms.
   t.ok(stall < 1000, `the reader's thread was not held up reading the whole burst (longest stall ${Math.round(stall)} ms)`);

@@ -46,5 +46,9 @@ t.test('npm start: a SIGTERM to npm stops the server gracefully', async (t) => {
   while (alive(started.pid) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
   t.notOk(alive(started.pid), 'the server process has exited');
   t.match(out, /"signal":"SIGTERM","msg":"stopping"/, 'after stopping on the signal, as on Ctrl-C');
+  t.notMatch(out, /error while stopping/, 'and closing without an error');
+  // npm exits with its script's exit code: 0 once the server closed cleanly (1 after an error while stopping).
+  const npmExit = npm.exitCode !== null || npm.signalCode !== null ? [npm.exitCode, npm.signalCode] : await new Promise((resolve) => npm.once('exit', (...a) => resolve(a)));
+  t.strictSame(npmExit, [0, null], 'npm start exits 0');
   await t.rejects(fetch(`http://127.0.0.1:${memoryPort}/healthz`), 'its port is closed');
 });

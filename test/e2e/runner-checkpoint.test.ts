@@ -8,6 +8,7 @@ import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
 import type { Projection } from '../../projections/projection.js';
 import { ProjectionRunner } from '../../projections/runner.js';
+import { until } from '../support/logs.js';
 
 const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: '2026-01-01T00:00:00.000Z' };
 const event = (type: string) => ({ id: randomUUID(), type, data: {}, metadata });
@@ -46,9 +47,14 @@ t.test('the idle checkpoint, queued behind a slow batch commit, never moves the 
   await runner.start();
   const ignored = await events.append('a', [event('Other')], 'no_stream'); // passed: its checkpoint is stored lazily
   await runner.waitFor(ignored.position, 5000);
+  // The idle checkpoint's timer (private: nothing else tells when it fired) is set once the ignored event is passed.
+  const idleTimer = () => (runner as unknown as { persistTimer: NodeJS.Timeout | undefined }).persistTimer;
+  t.ok(idleTimer(), 'an idle checkpoint is scheduled for the ignored event');
   const wanted = await events.append('b', [event('Wanted')], 'no_stream'); // applied; its commit is held
-  // The idle checkpoint fires within a second of the first event and queues behind the held commit.
-  await new Promise((resolve) => setTimeout(resolve, 1300));
+  await until('the batch of the wanted event is committed and held', () => stored.length === 1);
+  // The idle checkpoint fires within a second of the first event and queues behind the held commit: waited
+  // for, not slept on, so a loaded machine that fires it late cannot let the test pass without the race.
+  await until('the idle checkpoint has fired', () => idleTimer() === undefined, 10_000);
   release();
   await runner.waitFor(wanted.position, 5000);
   await runner.stop(); // drains the queued writes
@@ -82,7 +88,8 @@ t.test('a batch that fails before its commit is retried without resetting the pr
   afterCommitFailures = 1;
   const second = await events.append('b', [event('Wanted')], 'no_stream');
   await runner.waitFor(second.position, 10_000);
-  await new Promise((resolve) => setTimeout(resolve, 1500));
-  t.equal(resets, 2, 'a failure in afterCommit resets the in-process state');
+  await until('the in-process state is reset', () => resets >= 2, 10_000);
+  t.equal(resets, 2, 'a failure in afterCommit resets the in-process state (once)');
+  t.equal(afterCommitFailures, 0, 'afterCommit did fail');
   await runner.stop();
 });

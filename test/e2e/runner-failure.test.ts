@@ -250,14 +250,15 @@ t.test('a pause, resume or stop does not wait for the wait before a retry', asyn
 
   let started = performance.now();
   await runner.pause();
-  t.ok(performance.now() - started < 500, `paused at once during the 10 s wait (${Math.round(performance.now() - started)} ms)`);
+  // Bounds well under the waits (10 s, then 20 s) they tell apart, not near the time it takes (ms): a loaded machine does not fail them.
+  t.ok(performance.now() - started < 5000, `paused at once during the 10 s wait (${Math.round(performance.now() - started)} ms)`);
   t.equal(attempts.length, 1, 'no attempt while paused');
   await runner.resume();
   await reported.until((f) => f?.count === 2, 5000);
   t.pass('resumed: retried at once, not after the wait');
   started = performance.now();
   await runner.stop();
-  t.ok(performance.now() - started < 500, `stopped at once during the 20 s wait (${Math.round(performance.now() - started)} ms)`);
+  t.ok(performance.now() - started < 10_000, `stopped at once during the 20 s wait (${Math.round(performance.now() - started)} ms)`);
   t.equal(attempts.length, 2);
 });
 

@@ -35,11 +35,12 @@ export async function startTestCairn(env: Record<string, string> = {}, options: 
   // Every response the tests receive through these helpers is checked against the OpenAPI document the
   // service publishes (see openapi-conformance.ts): a response it does not describe fails the request.
   const documents = new Map<string, Promise<OpenApiConformance>>();
-  const conform = async (base: string, method: string, url: string, res: Response) => {
+  const conform = async (base: string, method: string, url: string, res: Response, json?: unknown) => {
     if (process.env.CAIRN_OPENAPI_CHECK === '0' || new URL(url).pathname.startsWith('/docs/')) return;
     let document = documents.get(base);
     if (!document) documents.set(base, document = OpenApiConformance.load(base, base === cairn.memoryUrl ? 'memory' : 'platform'));
-    const violations = await (await document).violations(method, url, res);
+    // The request too: a success for a body the document calls invalid is a document that says too little.
+    const violations = await (await document).violations(method, url, res, { json });
     if (violations.length > 0) throw new Error(`response not as the OpenAPI document describes it:\n${violations.join('\n')}`);
   };
   const call = (base: string) => async (path: string, init: RequestInit & { json?: unknown } = {}) => {
@@ -47,7 +48,7 @@ export async function startTestCairn(env: Record<string, string> = {}, options: 
     const headers = new Headers(rest.headers);
     if (json !== undefined) headers.set('Content-Type', 'application/json');
     const res = await fetch(base + path, { ...rest, headers, body: json !== undefined ? JSON.stringify(json) : rest.body });
-    await conform(base, (rest.method ?? 'GET').toUpperCase(), base + path, res);
+    await conform(base, (rest.method ?? 'GET').toUpperCase(), base + path, res, json);
     return res;
   };
   return {

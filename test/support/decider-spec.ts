@@ -14,7 +14,7 @@ export function deciderSpec<S, C, E extends DomainEvent>(t: Test, decider: Decid
         when(command: C, context: CommandContext = testContext()) {
           const run = () => decider.decide(command, state, context);
           return {
-            then(expected: E[], message?: string) { t.same(run(), expected, message ?? 'decides the expected events'); },
+            then(expected: E[], message?: string) { t.strictSame(run(), expected, message ?? 'decides the expected events'); },
             thenThrows(kind: string) {
               t.throws(run, { name: 'DomainError', kind } as never);
             },

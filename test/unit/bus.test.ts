@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -9,6 +9,13 @@ import { memoryDecider, memoryStream } from '../../domain/memory/decider.js';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import type { EventStore, StreamAppend } from '../../infra/eventstore/port.js';
 
+/** A directory of its own, removed when `t` ends. */
+function tempDir(t: Test, prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
 const meta = (): RequestMeta => {
   const id = randomUUID();
   return { correlation_id: id, causation_id: id, actor: 'test', request_key: id, sequence: { next: 0 } };
@@ -16,7 +23,7 @@ const meta = (): RequestMeta => {
 const set = (value: number) => ({ type: 'SetConfigValue' as const, data: { project_id: 'p', key: 'k', value } });
 
 t.test('commands pipeline on a hot stream, and recover when another writer moved it', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
   const store = new EmbeddedEventStore(file);
   const other = new EmbeddedEventStore(file); // another process or node writing the same stream
   t.teardown(async () => { await store.close(); await other.close(); });
@@ -24,7 +31,7 @@ t.test('commands pipeline on a hot stream, and recover when another writer moved
   const stream = configStream('p');
 
   const many = await Promise.all(Array.from({ length: 20 }, (_, i) => bus.handle(stream, configDecider, set(i), meta())));
-  t.same(many.map((r) => r.revision), Array.from({ length: 20 }, (_, i) => i), 'twenty concurrent commands, no conflict, in order');
+  t.strictSame(many.map((r) => r.revision), Array.from({ length: 20 }, (_, i) => i), 'twenty concurrent commands, no conflict, in order');
 
   // The bus's cached state is now stale: the other writer appended revision 20.
   await other.append(stream, [{ id: randomUUID(), type: 'ConfigValueSet', data: { project_id: 'p', key: 'k', value: 'x', set_at: '' }, metadata: { correlation_id: 'o', causation_id: 'o', actor: 'o', occurred_at: '' } }], 19);
@@ -32,7 +39,7 @@ t.test('commands pipeline on a hot stream, and recover when another writer moved
   // on the first's optimistic state. Both must end up right, not with an error.
   const [first, second] = await Promise.all([bus.handle(stream, configDecider, set(100), meta()), bus.handle(stream, configDecider, set(100), meta())]);
   t.equal(first.revision, 21, 'retried after the conflict, on fresh state');
-  t.same(second.events, [], 'the same value again: nothing appended');
+  t.strictSame(second.events, [], 'the same value again: nothing appended');
   t.equal(second.position, first.position);
   const events = await store.readStream(stream);
   t.equal(events.length, 22);
@@ -40,7 +47,7 @@ t.test('commands pipeline on a hot stream, and recover when another writer moved
 });
 
 t.test('handleAll: commands on several streams commit together, and are decided again together after a conflict', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
   const store = new EmbeddedEventStore(file);
   const other = new EmbeddedEventStore(file);
   t.teardown(async () => { await store.close(); await other.close(); });
@@ -52,7 +59,7 @@ t.test('handleAll: commands on several streams commit together, and are decided 
     { stream: a, decider: configDecider, command: setIn('pa', 1) },
     { stream: b, decider: configDecider, command: setIn('pb', 1) },
   ], meta());
-  t.same(first.map((r) => r.revision), [0, 0]);
+  t.strictSame(first.map((r) => r.revision), [0, 0]);
   t.equal(first[1]!.position, first[0]!.position + 1);
   // A clock that moves on every reading: the commands of one request still happen at one time.
   let tick = 0;
@@ -72,16 +79,16 @@ t.test('handleAll: commands on several streams commit together, and are decided 
     { stream: a, decider: configDecider, command: setIn('pa', 2) },
     { stream: b, decider: configDecider, command: setIn('pb', 2) },
   ], meta());
-  t.same(second.map((r) => r.revision), [1, 2], 'b was at revision 1 when decided again');
+  t.strictSame(second.map((r) => r.revision), [1, 2], 'b was at revision 1 when decided again');
   t.equal((await store.readStream(a)).length, 2, 'the failed attempt wrote nothing to a');
-  t.same((await store.readStream(b)).map((e) => e.data.value), [1, 'x', 2]);
+  t.strictSame((await store.readStream(b)).map((e) => e.data.value), [1, 'x', 2]);
 
   // Nothing to do on one stream: only the other is appended; a decision that throws appends nothing.
   const third = await bus.handleAll([
     { stream: a, decider: configDecider, command: setIn('pa', 2) },
     { stream: b, decider: configDecider, command: setIn('pb', 3) },
   ], meta());
-  t.same(third[0]!.events, []);
+  t.strictSame(third[0]!.events, []);
   t.equal(third[1]!.revision, 3);
   await t.rejects(bus.handleAll([
     { stream: a, decider: configDecider, command: setIn('pa', 4) },
@@ -92,7 +99,7 @@ t.test('handleAll: commands on several streams commit together, and are decided 
 });
 
 t.test('a replayed request (same Idempotency-Key) answers as the first time and leaves no state behind that was not written', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
   const store = new EmbeddedEventStore(file);
   t.teardown(() => store.close());
   const bus = new CommandBus(store);
@@ -108,11 +115,11 @@ t.test('a replayed request (same Idempotency-Key) answers as the first time and 
   const again = await bus.handle(stream, configDecider, set(1), meta());
   t.ok(again.position > second.position, 'written, not mistaken for a no-op');
   const events = await store.readStream(stream);
-  t.same(events.map((e) => (e.data as { value: number }).value), [1, 2, 1]);
+  t.strictSame(events.map((e) => (e.data as { value: number }).value), [1, 2, 1]);
 });
 
 t.test('a command that changes nothing, or is refused, is decided on the stream as another node left it', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
   const store = new EmbeddedEventStore(file);
   const other = new EmbeddedEventStore(file); // a second API node on the same log
   t.teardown(async () => { await store.close(); await other.close(); });
@@ -127,24 +134,24 @@ t.test('a command that changes nothing, or is refused, is decided on the stream 
   const again = await nodeA.handle(stream, configDecider, set(1), meta());
   t.equal(again.events.length, 1, 'k = 1 is appended, not answered from the stale cache');
   const last = (await store.readStream(stream)).at(-1)!;
-  t.same([last.type, last.data.value], ['ConfigValueSet', 1]);
+  t.strictSame([last.type, last.data.value], ['ConfigValueSet', 1]);
 
   // A key node B creates is unknown to node A's cache: deleting it through node A must not be a 404.
   await nodeB.handle(stream, configDecider, setKey('fresh', 7), meta());
   const deleted = await nodeA.handle(stream, configDecider, del('fresh'), meta());
-  t.same(deleted.events.map((e) => e.type), ['ConfigValueDeleted']);
+  t.strictSame(deleted.events.map((e) => e.type), ['ConfigValueDeleted']);
   // A key that really does not exist is still refused.
   await t.rejects(nodeA.handle(stream, configDecider, del('never'), meta()), { name: 'DomainError', kind: 'not_found' });
   // And an unchanged value with nothing new in the log appends nothing.
   const unchanged = await nodeA.handle(stream, configDecider, set(1), meta());
-  t.same(unchanged.events, []);
+  t.strictSame(unchanged.events, []);
   t.equal(unchanged.position, deleted.position);
 });
 
 
 /** Another writer moves the stream by exactly one event: a command counted on to reach that revision fails, and the ones decided on it must not stand. */
 async function pipelinedOverAFailedAppend(t: Test, open: (file: string) => EventStore) {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
   const store = open(file);
   const other = new EmbeddedEventStore(file); // a second API node on the same log
   t.teardown(async () => { await store.close(); await other.close(); });
@@ -156,14 +163,14 @@ async function pipelinedOverAFailedAppend(t: Test, open: (file: string) => Event
   // Pipelined: j is decided on the stale cache (expects revision 0, fails), m on j's state (expects 1,
   // which the other writer's event also is). m must be decided again, not committed on j's phantom state.
   const [j, m] = await Promise.all([bus.handle(stream, configDecider, setKey('j', 1), meta()), bus.handle(stream, configDecider, setKey('m', 2), meta())]);
-  t.same([j.events.length, m.events.length], [1, 1]);
+  t.strictSame([j.events.length, m.events.length], [1, 1]);
   const log = (await store.readStream(stream)).map((e) => `${e.data.key}=${JSON.stringify(e.data.value)}`);
-  t.same(log.slice(0, 2), ['k=1', 'k="x"']);
-  t.same(log.slice(2).sort(), ['j=1', 'm=2'], 'both written after the other writer\'s event');
+  t.strictSame(log.slice(0, 2), ['k=1', 'k="x"']);
+  t.strictSame(log.slice(2).sort(), ['j=1', 'm=2'], 'both written after the other writer\'s event');
   // The bus's state must be the log's: k is "x", so setting it to 1 is a change.
   const k = await bus.handle(stream, configDecider, setKey('k', 1), meta());
   t.equal(k.events.length, 1, 'k = 1 is appended, not lost to a cached state that never was');
-  t.same((await store.readStream(stream)).at(-1)!.data.value, 1);
+  t.strictSame((await store.readStream(stream)).at(-1)!.data.value, 1);
 }
 
 t.test('a command pipelined behind an append that fails is decided again (the store checks the last event id)', (t) =>
@@ -181,7 +188,7 @@ t.test('the same, on a store that cannot check the last event id (as EventStoreD
   }));
 
 t.test('handleAll: a step refused after another was decided leaves no trace of that decision in the cache', async (t) => {
-  const store = new EmbeddedEventStore(join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db'));
+  const store = new EmbeddedEventStore(join(tempDir(t, 'cairn-bus-'), 'events.db'));
   t.teardown(() => store.close());
   const bus = new CommandBus(store);
   const [a, b] = [configStream('pa'), configStream('pb')];
@@ -191,14 +198,14 @@ t.test('handleAll: a step refused after another was decided leaves no trace of t
     { stream: a, decider: configDecider, command: setIn('pa', 4) },
     { stream: b, decider: configDecider, command: { type: 'DeleteConfigValue' as const, data: { project_id: 'pb', key: 'missing' } } },
   ], meta()), { name: 'DomainError', kind: 'not_found' });
-  t.same((await store.readStream(a)).map((e) => e.data.value), [1], 'nothing appended');
+  t.strictSame((await store.readStream(a)).map((e) => e.data.value), [1], 'nothing appended');
   const four = await bus.handle(a, configDecider, setIn('pa', 4), meta());
   t.equal(four.events.length, 1, 'k = 4 is a change: the refused call\'s decision is not in the cached state');
-  t.same((await store.readStream(a)).map((e) => e.data.value), [1, 4]);
+  t.strictSame((await store.readStream(a)).map((e) => e.data.value), [1, 4]);
 });
 
 t.test('state: the stream as the next command would see it, appends on their way included, and another writer\'s', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
   const store = new EmbeddedEventStore(file);
   const other = new EmbeddedEventStore(file);
   t.teardown(async () => { await store.close(); await other.close(); });
@@ -206,7 +213,7 @@ t.test('state: the stream as the next command would see it, appends on their way
   const stream = configStream('s');
   const empty = await bus.state(stream, configDecider, meta());
   t.equal(empty.revision, -1);
-  t.same(empty.events, []);
+  t.strictSame(empty.events, []);
   const pending = bus.handle(stream, configDecider, set(1), meta());
   const seen = await bus.state(stream, configDecider, meta()); // asked while the append is on its way
   const appended = await pending;
@@ -220,7 +227,7 @@ t.test('state: the stream as the next command would see it, appends on their way
 });
 
 t.test('a command decided behind the repeat of an earlier request stands only on what the log holds', async (t) => {
-  const store = new EmbeddedEventStore(join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db'));
+  const store = new EmbeddedEventStore(join(tempDir(t, 'cairn-bus-'), 'events.db'));
   t.teardown(() => store.close());
   const bus = new CommandBus(store);
   const stream = configStream('p');
@@ -238,8 +245,8 @@ t.test('a command decided behind the repeat of an earlier request stands only on
     bus.handle(stream, configDecider, setKey('k', 1), meta()),
   ]);
   t.equal(repeat.revision, 0, 'the repeat answers the first request');
-  t.same(behind.events.map((e) => (e.type === 'ConfigValueSet' ? e.data.value : e.type)), [1], 'k = 1 behind it is written');
-  t.same([(await last()).data.key, (await last()).data.value], ['k', 1]);
+  t.strictSame(behind.events.map((e) => (e.type === 'ConfigValueSet' ? e.data.value : e.type)), [1], 'k = 1 behind it is written');
+  t.strictSame([(await last()).data.key, (await last()).data.value], ['k', 1]);
 
   await bus.handle(stream, configDecider, del('k'), keyed('D'));
   await bus.handle(stream, configDecider, setKey('k', 3), meta());
@@ -249,7 +256,7 @@ t.test('a command decided behind the repeat of an earlier request stands only on
     bus.handle(stream, configDecider, del('k'), meta()),
   ]);
   t.ok(deletedAgain.revision < deleted.revision, 'the repeat answers the first deletion');
-  t.same(deleted.events.map((e) => e.type), ['ConfigValueDeleted'], 'the deletion behind it is not refused: k = 3 was live');
+  t.strictSame(deleted.events.map((e) => e.type), ['ConfigValueDeleted'], 'the deletion behind it is not refused: k = 3 was live');
   t.equal((await last()).type, 'ConfigValueDeleted');
   const value = await bus.state(stream, configDecider, meta());
   t.notOk(value.state.values.has('k'), 'k is deleted in the log and in the bus\'s state');
@@ -257,7 +264,7 @@ t.test('a command decided behind the repeat of an earlier request stands only on
 
 /** Two API nodes on one log behind a load balancer, with clocks a day apart so that each node's decisions are its own. */
 function twoNodesApart(t: Test) {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
   const [storeA, storeB] = [new EmbeddedEventStore(file), new EmbeddedEventStore(file)];
   t.teardown(async () => { await storeA.close(); await storeB.close(); });
   const nodeA = new CommandBus(storeA, () => new Date('2026-01-01T00:00:00.000Z'));
@@ -274,8 +281,8 @@ t.test('a request repeated on a node whose cached state is just before the first
   const first = await nodeB.handle(config, configDecider, { type: 'SetConfigValue', data: { project_id: 'p', key: 'j', value: 1 } }, keyed('K'));
   // The client did not get B's answer and sends the request again; A's cache is exactly one request behind.
   const repeat = await nodeA.handle(config, configDecider, { type: 'SetConfigValue', data: { project_id: 'p', key: 'j', value: 1 } }, keyed('K'));
-  t.same(repeat.events, first.events, 'the events the log holds, with node B\'s time, not a decision of node A\'s that was never written');
-  t.same([repeat.revision, repeat.position], [first.revision, first.position]);
+  t.strictSame(repeat.events, first.events, 'the events the log holds, with node B\'s time, not a decision of node A\'s that was never written');
+  t.strictSame([repeat.revision, repeat.position], [first.revision, first.position]);
   t.equal((await storeA.readStream(config)).length, 2, 'nothing written');
 
   const memory = memoryStream('ag', 'us');
@@ -287,12 +294,12 @@ t.test('a request repeated on a node whose cached state is just before the first
   t.equal(again.state.memories.get(id)?.created_at, createdAt, 'the repeat answers the memory as the log holds it');
   // And node A's cached state is the log's: a later store of the text answers the memory as node B created it.
   const later = await nodeA.handle(memory, memoryDecider, storeText('second'), meta());
-  t.same(later.events, []);
+  t.strictSame(later.events, []);
   t.equal(later.state.memories.get(id)?.created_at, createdAt, 'created at node B\'s time, as the log says');
 });
 
 t.test('a refusal recorded for a request sent with an Idempotency-Key is answered as that refusal, by its repeats too, once the key exists', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
   const [storeA, storeB] = [new EmbeddedEventStore(file), new EmbeddedEventStore(file)];
   t.teardown(async () => { await storeA.close(); await storeB.close(); });
   const [nodeA, nodeB] = [new CommandBus(storeA), new CommandBus(storeB)];
@@ -303,9 +310,9 @@ t.test('a refusal recorded for a request sent with an Idempotency-Key is answere
   const types = async () => (await storeA.readStream(stream)).map((e) => e.type);
 
   await t.rejects(nodeA.handle(stream, configDecider, del, meta()), notFound);
-  t.same(await types(), [], 'without a key a refusal writes nothing');
+  t.strictSame(await types(), [], 'without a key a refusal writes nothing');
   await t.rejects(nodeA.handle(stream, configDecider, del, keyed('R')), notFound);
-  t.same(await types(), ['ConfigValueDeletionRefused'], 'with a key it is recorded, and answered as the refusal');
+  t.strictSame(await types(), ['ConfigValueDeletionRefused'], 'with a key it is recorded, and answered as the refusal');
 
   await nodeB.handle(stream, configDecider, set(1), meta()); // k is set, by another node
   await t.rejects(nodeA.handle(stream, configDecider, del, keyed('R')), notFound, 'the repeat on the node that refused it');
@@ -314,7 +321,7 @@ t.test('a refusal recorded for a request sent with an Idempotency-Key is answere
   // first request's event ids: the log answers it as a replay of the refusal it holds.
   const forgetful: typeof configDecider = { ...configDecider, evolve: (s, e) => { const next = configDecider.evolve(s, e); next.requests.clear(); return next; } };
   await t.rejects(new CommandBus(storeA).handle(stream, forgetful, del, keyed('R')), notFound, 'forgotten: what the log holds');
-  t.same(await types(), ['ConfigValueDeletionRefused', 'ConfigValueSet'], 'nothing written by the repeats');
+  t.strictSame(await types(), ['ConfigValueDeletionRefused', 'ConfigValueSet'], 'nothing written by the repeats');
   const state = await nodeA.state(stream, configDecider, meta());
   t.ok(state.state.values.has('k'), 'k is still set');
   t.equal((await nodeA.handle(stream, configDecider, del, keyed('S'))).events[0]!.type, 'ConfigValueDeleted', 'another key deletes it');
@@ -333,7 +340,7 @@ function recordingReads(store: EmbeddedEventStore): { store: EventStore; reads: 
 }
 
 t.test('two nodes writing one stream in turn: after a conflict a node reads only the events written since, not the whole stream', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
   const store = new EmbeddedEventStore(file);
   const other = new EmbeddedEventStore(file); // a second API node on the same log
   t.teardown(async () => { await store.close(); await other.close(); });
@@ -344,17 +351,17 @@ t.test('two nodes writing one stream in turn: after a conflict a node reads only
   const storeText = (text: string) => ({ type: 'StoreMemory' as const, data: { ...scope, text, session: null } });
 
   for (let i = 0; i < 2500; i++) await nodeA.handle(stream, memoryDecider, storeText(`fact ${i}`), meta());
-  t.same(reads, [0], 'node A read the empty stream once, then decided on its cached state');
+  t.strictSame(reads, [0], 'node A read the empty stream once, then decided on its cached state');
   const fromB = await nodeB.handle(stream, memoryDecider, storeText('written by node B'), meta());
   t.equal(fromB.revision, 2500);
 
   reads.length = 0;
   const next = await nodeA.handle(stream, memoryDecider, storeText('fact after B'), meta());
   t.equal(next.revision, 2501, 'the append that conflicted was decided again, after node B\'s event');
-  t.same(reads, [2499], 'and node A read from its last known event on, not the 2,501 events from the start');
+  t.strictSame(reads, [2499], 'and node A read from its last known event on, not the 2,501 events from the start');
   // Node A's state has node B's memory: the same text resolves to B's memory (no duplicate).
   const again = await nodeA.handle(stream, memoryDecider, storeText('written by node B'), meta());
-  t.same(again.events, [], 'the same text again: nothing to store');
+  t.strictSame(again.events, [], 'the same text again: nothing to store');
   t.ok(again.state.memories.has((fromB.events[0] as { data: { memory_id: string } }).data.memory_id), 'B\'s memory is in node A\'s state');
 
   // The same for a command that appends nothing, checked against the log (a keyed repeat or a no-op).
@@ -362,12 +369,12 @@ t.test('two nodes writing one stream in turn: after a conflict a node reads only
   reads.length = 0;
   const noop = await nodeA.handle(stream, memoryDecider, { type: 'DeleteMemory' as const, data: { ...scope, memory_id: 'missing' } }, meta()).catch((e: unknown) => e);
   t.match(noop, { name: 'DomainError', kind: 'not_found' });
-  t.same(reads, [2501], 'a refusal on a stale cache reads on from its last known event only');
+  t.strictSame(reads, [2501], 'a refusal on a stale cache reads on from its last known event only');
   t.equal((await store.readStream(stream)).length, 2503);
 });
 
 t.test('a conflict behind pipelined commands still reads the stream whole, and every command ends up right', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'cairn-bus-')), 'events.db');
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
   const store = new EmbeddedEventStore(file);
   const other = new EmbeddedEventStore(file);
   t.teardown(async () => { await store.close(); await other.close(); });
@@ -380,7 +387,7 @@ t.test('a conflict behind pipelined commands still reads the stream whole, and e
   reads.length = 0;
   // The second is decided on the first's state (its events applied in place): the state before both is gone.
   const results = await Promise.all([bus.handle(stream, configDecider, setKey('a', 1), meta()), bus.handle(stream, configDecider, setKey('b', 2), meta())]);
-  t.same(results.map((r) => r.events.length), [1, 1]);
+  t.strictSame(results.map((r) => r.events.length), [1, 1]);
   t.equal(reads[0], 0, 'read whole');
   const k0 = await bus.handle(stream, configDecider, setKey('k0', 0), meta());
   t.equal(k0.events.length, 1, 'k0 is "x" in the log: setting it back to 0 is a change');
@@ -397,11 +404,11 @@ t.test('one request with an Idempotency-Key taken by two nodes at the same momen
     // Both decide on the same revision and append the same event ids: one writes, the other's append is a replay at the very revision it expected.
     const [a, b] = await Promise.all([nodeA.handle(stream, configDecider, command, keyed(`K${round}`)), nodeB.handle(stream, configDecider, command, keyed(`K${round}`))]);
     const logged = (await storeA.readStream(stream)).at(-1)!;
-    t.same(a.events.map((e) => e.data), [logged.data], `round ${round}: node A answers the event the log holds`);
-    t.same(b.events.map((e) => e.data), [logged.data], `round ${round}: node B answers the event the log holds`);
+    t.strictSame(a.events.map((e) => e.data), [logged.data], `round ${round}: node A answers the event the log holds`);
+    t.strictSame(b.events.map((e) => e.data), [logged.data], `round ${round}: node B answers the event the log holds`);
     t.equal(a.position, b.position);
     // Each node's cached state is the log's: the value set at the other node's time is unchanged, not a change.
-    for (const node of [nodeA, nodeB]) t.same((await node.handle(stream, configDecider, command, meta())).events, [], `round ${round}: nothing to change`);
+    for (const node of [nodeA, nodeB]) t.strictSame((await node.handle(stream, configDecider, command, meta())).events, [], `round ${round}: nothing to change`);
   }
   t.equal((await storeA.readStream(stream)).length, 10, 'each request written once');
 });

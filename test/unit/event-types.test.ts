@@ -9,9 +9,9 @@ t.test('every type a projection reads is one Cairn writes', async (t) => {
   const projections = allProjections(loadConfig({}));
   t.ok(projections.some((p) => p.name === 'memory-vectors'), 'every projection, the optional one included');
   for (const p of projections) {
-    t.same(p.canHandle.filter((type) => !EVENT_TYPES.includes(type)), [], p.name);
+    t.strictSame(p.canHandle.filter((type) => !EVENT_TYPES.includes(type)), [], p.name);
   }
-  t.same([...EVENT_TYPES].sort(), EVENT_TYPES, 'in name order');
+  t.strictSame([...EVENT_TYPES].sort(), EVENT_TYPES, 'in name order');
 });
 
 // What `events tail --type` says where it does not ask the log (EventStoreDB), which no test here can start.

@@ -45,7 +45,7 @@ t.test('HealthBoard: the first position is where a projection starts; moving for
   let now = Date.parse('2026-01-01T00:00:00.000Z');
   const board = new HealthBoard(['a', 'b'], () => now);
   board.moved('a', 10);
-  t.same(board.list()[0], { projection: 'a', position: 10, progress_at: null, failing: null, paused_at: null });
+  t.strictSame(board.list()[0], { projection: 'a', position: 10, progress_at: null, failing: null, paused_at: null });
   now += 1000;
   board.moved('a', 12);
   t.equal(board.list()[0]!.progress_at, '2026-01-01T00:00:01.000Z');
@@ -54,7 +54,7 @@ t.test('HealthBoard: the first position is where a projection starts; moving for
   t.match(board.list()[0], { position: 5, progress_at: '2026-01-01T00:00:01.000Z' }, 'moving back is not progress');
   const failure = { message: 'm', since: 's', count: 1, last_at: 'l' };
   board.failed('b', failure);
-  t.same(board.list()[1]!.failing, failure);
+  t.strictSame(board.list()[1]!.failing, failure);
   board.failed('b', null);
   t.equal(board.list()[1]!.failing, null);
   board.paused('b', '2026-01-01T00:00:05.000Z');
@@ -75,7 +75,7 @@ t.test('readiness: failing or a thread not running is not ready; lag only past R
   const plain = await readiness(health(), { events, reads });
   t.match(plain, { ready: true, reasons: [], head: 100, max_lag: null, stores: { events: 'ok', reads: 'ok' } });
   t.match(plain.projections, [{ projection: 'a', lag: 10, ready: true }, { projection: 'b', lag: 0, ready: true }], 'lagging alone is ready by default');
-  t.same(counted, [READY_LAG_COUNT_LIMIT], 'counted up to the probe\'s limit; nothing counted when at the head');
+  t.strictSame(counted, [READY_LAG_COUNT_LIMIT], 'counted up to the probe\'s limit; nothing counted when at the head');
 
   t.match(await readiness(health(), { events, reads }, 10), { ready: true, max_lag: 10 }, 'exactly READY_MAX_LAG behind: ready');
   const past = await readiness(health(), { events, reads }, 9);
@@ -92,7 +92,7 @@ t.test('readiness: failing or a thread not running is not ready; lag only past R
     thread: { mode: 'thread', state: 'unresponsive', heartbeat_at: '2026-01-01T00:00:00.000Z', restarts: 2 },
     projections: [{ projection: 'a', position: 100, progress_at: null, failing: failure, paused_at: null }],
   }), { events, reads });
-  t.same(failing.reasons, [
+  t.strictSame(failing.reasons, [
     'the projection thread is unresponsive',
     'a is failing (1 failed attempt since 2026-01-01T00:00:00.000Z): ProviderError: embeddings provider answered 503',
   ]);
@@ -101,21 +101,21 @@ t.test('readiness: failing or a thread not running is not ready; lag only past R
   // The log restored from an older backup under a running node: its runners would skip what is appended now.
   const ahead = await readiness(health({ projections: [{ projection: 'a', position: 101, progress_at: null, failing: null, paused_at: null }, { projection: 'b', position: 100, progress_at: null, failing: null, paused_at: null }] }),
     { events, reads });
-  t.same(ahead.reasons, ['a is at position 101, past the end of the event log (100): built from another or a longer log; rebuild it']);
+  t.strictSame(ahead.reasons, ['a is at position 101, past the end of the event log (100): built from another or a longer log; rebuild it']);
   t.match(ahead.projections, [{ projection: 'a', ready: false }, { projection: 'b', ready: true }], 'exactly at the end is ready');
 
   // Paused (ProjectionHost.pause): not ready, whatever its lag, named with its position; with other reasons, each is given.
   const since = '2026-01-01T00:00:00.000Z';
   const paused = await readiness(health({ projections: [{ projection: 'a', position: 100, progress_at: null, failing: null, paused_at: since }, { projection: 'b', position: 100, progress_at: null, failing: null, paused_at: null }] }),
     { events, reads });
-  t.same(paused.reasons, [`a is paused (since ${since}) at position 100: reads that wait for a later position time out until it is resumed`]);
+  t.strictSame(paused.reasons, [`a is paused (since ${since}) at position 100: reads that wait for a later position time out until it is resumed`]);
   t.match(paused, { ready: false, projections: [{ projection: 'a', lag: 0, ready: false, paused_at: since }, { projection: 'b', ready: true, paused_at: null }] });
   const pausedAndMore = await readiness(health({ projections: [{ projection: 'a', position: 90, progress_at: null, failing: failure, paused_at: since }] }), { events, reads }, 5);
-  t.same(pausedAndMore.reasons, [
+  t.strictSame(pausedAndMore.reasons, [
     `a is paused (since ${since}) at position 90: reads that wait for a later position time out until it is resumed`,
     'a is failing (1 failed attempt since 2026-01-01T00:00:00.000Z): ProviderError: embeddings provider answered 503',
   ]);
-  t.same((await readiness(health({ projections: [{ projection: 'a', position: 90, progress_at: null, failing: null, paused_at: since }] }), { events, reads }, 5)).reasons, [
+  t.strictSame((await readiness(health({ projections: [{ projection: 'a', position: 90, progress_at: null, failing: null, paused_at: since }] }), { events, reads }, 5)).reasons, [
     `a is paused (since ${since}) at position 90: reads that wait for a later position time out until it is resumed`,
     'a is 10 events behind the log (READY_MAX_LAG 5)',
   ]);
@@ -144,7 +144,7 @@ t.test('readiness: a store that fails or does not answer within STORE_PROBE_TIME
     head: 100, stores: { events: 'ok', reads: 'timeout' }, thread: { state: 'running' },
   });
   t.match(readsHang.result.projections, [{ projection: 'a', lag: 10, ready: true }, { projection: 'b', lag: 0, ready: true }], 'what the event store answered is still there');
-  t.same(eventsHang.result.reasons, [
+  t.strictSame(eventsHang.result.reasons, [
     `the event store did not answer within ${STORE_PROBE_TIMEOUT_MS} ms`,
     'the read store failed: TypeError: The database connection is not open',
   ]);

@@ -30,6 +30,10 @@ t.test('real responses of the service pass', async (t) => {
   const wrongMethod = await app.memory('/v1/memories');
   t.equal(wrongMethod.status, 405);
   t.same(await checker.violations('GET', url('/v1/memories'), wrongMethod), []);
+  // HEAD is answered on every GET route, as the GET operation without its body.
+  const head = await app.memory('/healthz', { method: 'HEAD' });
+  t.equal(head.status, 200);
+  t.same(await checker.violations('HEAD', url('/healthz'), head), [], 'HEAD /healthz is checked as GET /healthz');
   t.same(await checker.violations('POST', url('/v1/memories'), json(memory, 200, 'application/json', { 'x-event-position': '1' })), [], 'the built response used below is valid as it stands');
 });
 
@@ -45,11 +49,34 @@ t.test('each kind of mismatch is reported', async (t) => {
     ['a problem type with a status it is not catalogued with', 'POST', '/v1/memories', problem('not-found', 400), /catalogued with 404, not 400/],
     ['a problem whose status member differs', 'POST', '/v1/memories', json({ type: 'https://cairn.dev/problems/validation', title: 'x', status: 422, detail: 'x' }, 400, 'application/problem+json'), /status member is 422/],
     ['a success off every operation', 'GET', '/v1/nothing', json({}), /no operation GET \/v1\/nothing in the document/],
+    ['a header a client acts on, not documented for the response', 'POST', '/v1/memories', json(memory, 200, 'application/json', { 'Retry-After': '1' }), /header retry-after is sent but not documented for this response/],
+    ['a Location nowhere documented', 'POST', '/v1/memories', json(memory, 200, 'application/json', { Location: '/v1/memories/m_1' }), /header location is sent but not documented/],
+    ['a documented header whose value breaks its schema', 'POST', '/v1/memories', json(memory, 200, 'application/json', { 'X-Event-Position': 'abc' }), /header X-Event-Position: "abc" does not match its documented schema/],
+    ['a Retry-After that is not a number of seconds', 'POST', '/v1/search', json({ type: 'https://cairn.dev/problems/not-caught-up', title: 'x', status: 503, detail: 'x' }, 503, 'application/problem+json', { 'Retry-After': 'soon' }), /header Retry-After: "soon" does not match/],
+    ['a 405 without Allow', 'GET', '/v1/memories', problem('method-not-allowed', 405), /required header Allow is missing/],
+    ['an Allow that is not a list of methods', 'GET', '/v1/memories', json({ type: 'https://cairn.dev/problems/method-not-allowed', title: 'x', status: 405, detail: 'x' }, 405, 'application/problem+json', { Allow: 'post' }), /header Allow: "post" does not match/],
+    ['a 401 off the operations without WWW-Authenticate', 'GET', '/v1/nothing', problem('unauthorized', 401), /required header WWW-Authenticate is missing/],
+    ['a HEAD status the GET operation does not document', 'HEAD', '/healthz', new Response(null, { status: 418 }), /status 418 is not documented for HEAD \/healthz/],
   ];
   for (const [name, method, path, res, expected] of cases) {
     const found = await checker.violations(method, url(path), res);
     t.match(found.join('\n'), expected, name);
   }
+});
+
+t.test('given the request, a success to a request the document calls invalid is reported', async (t) => {
+  const stored = json(memory, 200, 'application/json', { 'X-Event-Position': '4' });
+  t.same(await checker.violations('POST', url('/v1/memories'), stored.clone(), { json: { scope: { agent: 'a', user: 'u' }, text: 'tea' } }), [], 'a valid request');
+  t.match((await checker.violations('POST', url('/v1/memories'), stored.clone(), { json: { scope: { agent: 'a', user: 'u' }, text: 'tea', tags: [] } })).join('\n'),
+    /accepted a request the document calls invalid: body must NOT have additional properties/, 'an unknown field');
+  t.match((await checker.violations('POST', url('/v1/search'), json({ results: [] }), { json: { scope: { agent: 'a', user: 'u' }, query: 'tea', limit: 101 } })).join('\n'),
+    /body\.limit must be <= 100/, 'a limit past its maximum');
+  t.match((await checker.violations('GET', url('/v1/export?agent=a'), json({ scope: { agent: 'a', user: 'u' }, personality: '', memories: [] }), {})).join('\n'),
+    /query parameter user is required/, 'a required query parameter missing');
+  t.match((await checker.violations('GET', url(`/v1/export?agent=a&user=${'u'.repeat(129)}`), json({ scope: { agent: 'a', user: 'u' }, personality: '', memories: [] }), {})).join('\n'),
+    /query parameter user: must match pattern/, 'a query parameter past its pattern');
+  const refused = problem('validation', 400);
+  t.same(await checker.violations('POST', url('/v1/memories'), refused, { json: { text: 'no scope' } }), [], 'a refusal of an invalid request is as documented');
 });
 
 t.test('a header the document marks required is checked', async (t) => {

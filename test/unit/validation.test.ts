@@ -23,21 +23,21 @@ const names = (n: number) => Array.from({ length: n }, (_, i) => `f${i}`);
 
 t.test('unknown fields are one error per object, however many, and never crowd out the other errors', async (t) => {
   // TypeBox's default cap (8) was spent on one hidden error per unknown field: 8 of them left `errors: []`.
-  t.same(errorsOf(StoreMemoryBody, { scope, text: 'x', ...fields(9) }), [
+  t.strictSame(errorsOf(StoreMemoryBody, { scope, text: 'x', ...fields(9) }), [
     { location: 'body', message: `unknown fields: ${names(9).join(', ')}`, value: names(9) },
   ], 'nine at the top level');
-  t.same(errorsOf(StoreMemoryBody, { scope: { ...scope, ...fields(9) }, text: 'x' }), [
+  t.strictSame(errorsOf(StoreMemoryBody, { scope: { ...scope, ...fields(9) }, text: 'x' }), [
     { location: 'body.scope', message: `unknown fields: ${names(9).join(', ')}`, value: names(9) },
   ], 'nine in a nested object');
-  t.same(errorsOf(ScopeQuery, { ...scope, ...Object.fromEntries(names(9).map((n) => [n, 'x'])) }, 'query', true), [
+  t.strictSame(errorsOf(ScopeQuery, { ...scope, ...Object.fromEntries(names(9).map((n) => [n, 'x'])) }, 'query', true), [
     { location: 'query', message: `unknown fields: ${names(9).join(', ')}`, value: names(9) },
   ], 'nine in the query');
-  t.same(errorsOf(StoreMemoryBody, { scope, text: 5, session: 5, ...fields(4) }), [
+  t.strictSame(errorsOf(StoreMemoryBody, { scope, text: 5, session: 5, ...fields(4) }), [
     { location: 'body', message: `unknown fields: ${names(4).join(', ')}`, value: names(4) },
     { location: 'body.text', message: 'must be string', value: 5 },
     { location: 'body.session', message: 'must be a string or null', value: 5 },
   ], 'four unknown fields and two bad values: all three reported');
-  t.same(errorsOf(StoreMemoryBody, { scope: { agent: 'a', 'x/y~z': 1 }, text: 'x' }), [
+  t.strictSame(errorsOf(StoreMemoryBody, { scope: { agent: 'a', 'x/y~z': 1 }, text: 'x' }), [
     { location: 'body.scope', message: 'missing required field: user' },
     { location: 'body.scope', message: 'unknown field: x/y~z', value: ['x/y~z'] },
   ], 'a name with "/" and "~" as sent');
@@ -45,7 +45,7 @@ t.test('unknown fields are one error per object, however many, and never crowd o
 
 t.test(`at most ${MAX_SCHEMA_ERRORS} schema errors are gathered, and a last entry says when there were more`, async (t) => {
   const many = errorsOf(StoreMemoryBody, { scope, text: 5, ...fields(MAX_SCHEMA_ERRORS + 10) });
-  t.same(many, [
+  t.strictSame(many, [
     { location: 'body', message: `unknown fields: ${names(MAX_SCHEMA_ERRORS).join(', ')}`, value: names(MAX_SCHEMA_ERRORS) },
     { location: 'body', message: `more errors not listed: validation stops after ${MAX_SCHEMA_ERRORS} schema errors` },
   ]);
@@ -57,38 +57,38 @@ t.test(`at most ${MAX_SCHEMA_ERRORS} schema errors are gathered, and a last entr
 t.test('a value outside a union is one error saying what is allowed', async (t) => {
   const modes = 'must be one of "lexical", "semantic", "hybrid"';
   for (const mode of [null, 5, 'fuzzy']) {
-    t.same(errorsOf(SearchBody, { scope, query: 'q', mode }), [{ location: 'body.mode', message: modes, value: mode }], `mode ${JSON.stringify(mode)}`);
+    t.strictSame(errorsOf(SearchBody, { scope, query: 'q', mode }), [{ location: 'body.mode', message: modes, value: mode }], `mode ${JSON.stringify(mode)}`);
   }
-  t.same(errorsOf(CreateApiKeyBody, { scopes: ['agents:read', 5] }), [
+  t.strictSame(errorsOf(CreateApiKeyBody, { scopes: ['agents:read', 5] }), [
     { location: 'body.scopes.1', message: 'must be one of "*", "agents:read", "agents:write", "config:read", "config:write", "projects:read"', value: 5 },
   ], 'an array item of the wrong type');
   for (const session of [5, true, {}]) {
-    t.same(errorsOf(StoreMemoryBody, { scope, text: 'x', session }), [{ location: 'body.session', message: 'must be a string or null', value: session }], `session ${JSON.stringify(session)}`);
+    t.strictSame(errorsOf(StoreMemoryBody, { scope, text: 'x', session }), [{ location: 'body.session', message: 'must be a string or null', value: session }], `session ${JSON.stringify(session)}`);
   }
   for (const expires of ['tomorrow', 5, false]) {
-    t.same(errorsOf(CreateApiKeyBody, { expires_at: expires }), [
+    t.strictSame(errorsOf(CreateApiKeyBody, { expires_at: expires }), [
       { location: 'body.expires_at', message: 'must be a date-time string (RFC 3339) or null', value: expires },
     ], `expires_at ${JSON.stringify(expires)}`);
   }
   const other = Type.Object({ link: Type.Union([Type.String({ format: 'uri' }), Type.Null()]), level: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]) });
-  t.same(errorsOf(other, { link: 'not a uri', level: 'high' }), [
+  t.strictSame(errorsOf(other, { link: 'not a uri', level: 'high' }), [
     { location: 'body.link', message: 'must be a string of format "uri" or null', value: 'not a uri' },
     { location: 'body.level', message: 'must be an integer or null', value: 'high' },
   ], 'other formats and types are named too');
-  t.same(errorsOf(other, { link: null, level: 0 }), [{ location: 'body.level', message: 'must be >= 1', value: 0 }], 'a number under the bound of the integer branch: that bound alone');
+  t.strictSame(errorsOf(other, { link: null, level: 0 }), [{ location: 'body.level', message: 'must be >= 1', value: 0 }], 'a number under the bound of the integer branch: that bound alone');
   const long = 'x'.repeat(129);
-  t.same(errorsOf(StoreMemoryBody, { scope, text: 'x', session: long }), [
+  t.strictSame(errorsOf(StoreMemoryBody, { scope, text: 'x', session: long }), [
     { location: 'body.session', message: 'must be at most 128 bytes (is 129)', value: '129 bytes' },
   ], 'a string over the bound of the string branch: that bound alone (its length given, not the value; in bytes, the limit\'s unit)');
   const label = Type.Object({ label: Type.Union([Type.String({ maxLength: 128 }), Type.Null()]) });
-  t.same(errorsOf(label, { label: long }), [
+  t.strictSame(errorsOf(label, { label: long }), [
     { location: 'body.label', message: 'must not have more than 128 characters', value: '129 characters' },
   ], 'a limit in characters is said in characters');
 });
 
 t.test('a value over a length limit is given by its size, not echoed (a text may be up to the 1 MiB body limit)', async (t) => {
   const huge = '😀'.repeat(300_000);
-  t.same(errorsOf(StoreMemoryBody, { scope, text: huge }), [{ location: 'body.text', message: 'must be at most 8192 bytes (is 1200000)', value: '1200000 bytes' }]);
-  t.same(errorsOf(Type.Object({ bio: Type.String({ maxLength: 8000 }) }), { bio: huge }), [{ location: 'body.bio', message: 'must not have more than 8000 characters', value: '300000 characters' }]);
-  t.same(errorsOf(Type.Object({ tags: Type.Array(Type.String(), { maxItems: 2 }) }), { tags: ['a', 'b', 'c'] }), [{ location: 'body.tags', message: 'must not have more than 2 items', value: '3 items' }]);
+  t.strictSame(errorsOf(StoreMemoryBody, { scope, text: huge }), [{ location: 'body.text', message: 'must be at most 8192 bytes (is 1200000)', value: '1200000 bytes' }]);
+  t.strictSame(errorsOf(Type.Object({ bio: Type.String({ maxLength: 8000 }) }), { bio: huge }), [{ location: 'body.bio', message: 'must not have more than 8000 characters', value: '300000 characters' }]);
+  t.strictSame(errorsOf(Type.Object({ tags: Type.Array(Type.String(), { maxItems: 2 }) }), { tags: ['a', 'b', 'c'] }), [{ location: 'body.tags', message: 'must not have more than 2 items', value: '3 items' }]);
 });

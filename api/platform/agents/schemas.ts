@@ -11,7 +11,7 @@ export const Big5 = Type.Object({
 
 const Phrases = Type.Array(Type.String({ minLength: 1, maxLength: 500 }), { maxItems: 100 });
 export const CreateAgentBody = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: rawNameLength(MAX_AGENT_NAME), description: `at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; no control characters, bidirectional controls, line separators, noncharacters or invisible (default-ignorable) characters, except zero-width joiners, variation selectors and tags where they shape a script or an emoji; must not look like a UUID nor be "." or ".."` }),
+  name: Type.String({ minLength: 1, maxLength: rawNameLength(MAX_AGENT_NAME), description: `not empty or only whitespace; at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; no control characters, bidirectional controls, line separators, noncharacters or invisible (default-ignorable) characters, except zero-width joiners, variation selectors and tags where they shape a script or an emoji; must not look like a UUID nor be "." or ".."` }),
   personality_prompt: Type.Optional(Type.String({ maxLength: 16000 })),
   big5: Type.Optional(Big5),
   speech_patterns: Type.Optional(Phrases),
