@@ -8,6 +8,13 @@ const EVENT_ID_NAMESPACE = '6f1c7a8e-3d1f-4b59-9a43-2b8f1c0e5d77';
 const MAX_ATTEMPTS = 5;
 const CACHE_LIMIT = 10_000;
 
+/**
+ * The request key as the first part of an event id's name, whose parts are joined with '/': a key (the client's
+ * Idempotency-Key) holding '/' would let "a/b" on stream "c" and "a" on stream "b/c" name one id. Escaped, the key
+ * has no '/', so the name splits one way only; keys without '/' or '%' (every generated one) are unchanged.
+ */
+const idName = (requestKey: string): string => requestKey.replace(/%/g, '%25').replace(/\//g, '%2F');
+
 /** Who asked, for event metadata: the request id correlates, the command's position causes. */
 export interface RequestMeta {
   correlation_id: string;
@@ -53,6 +60,7 @@ class CacheEntry<State> {
   /** The entry decided on this one. */
   heir?: CacheEntry<State>;
   private value?: State;
+  private broken?: { error: unknown };
   private unapplied?: { below: CacheEntry<State>; events: DomainEvent[]; evolve: (state: State, event: DomainEvent) => State };
 
   constructor(
@@ -72,13 +80,20 @@ class CacheEntry<State> {
   }
 
   get state(): State {
+    if (this.broken) throw this.broken.error;
     if (this.unapplied) {
       const { below, events, evolve } = this.unapplied;
       if (below.heir !== this) throw new Error('command bus: a cached state was taken back from under the decision built on it');
-      this.unapplied = undefined;
       const base = below.state;
       below.spent = true;
-      this.value = events.reduce(evolve, base);
+      try {
+        this.value = events.reduce(evolve, base);
+      } catch (error) {
+        // evolve threw part way, its state changed in place: this entry has no state, now or later (not undefined).
+        this.broken = { error };
+        throw error;
+      }
+      this.unapplied = undefined;
     }
     return this.value as State;
   }
@@ -146,10 +161,18 @@ export class CommandBus {
     const context: CommandContext = {
       now, actor: meta.actor, project_id: meta.project_id, tenant_id: meta.tenant_id, request_key: meta.request_key, request_hash: requestHash,
     };
+    let state: State;
+    try {
+      state = entry.state;
+    } catch (error) {
+      // evolve threw applying a pending decision's events: not a refusal, and the entry is no state to decide on again.
+      if (this.cache.get(stream) === entry) this.cache.delete(stream);
+      throw error;
+    }
     let events: Event[] | undefined;
     let refusal: unknown;
     try {
-      events = decider.decide(command, entry.state, context);
+      events = decider.decide(command, state, context);
     } catch (error) {
       refusal = error;
     }
@@ -180,7 +203,7 @@ export class CommandBus {
       occurred_at: now,
     };
     const newEvents: NewEvent[] = events.map((e, i) => ({
-      id: uuidv5(`${meta.request_key}/${stream}/${sequence}/${requestHash}/${i}`, EVENT_ID_NAMESPACE),
+      id: uuidv5(`${idName(meta.request_key)}/${stream}/${sequence}/${requestHash}/${i}`, EVENT_ID_NAMESPACE),
       type: e.type,
       data: e.data,
       metadata,
@@ -234,8 +257,10 @@ export class CommandBus {
           : []));
         const appends = writing.map(({ stream, events, expected, expectedLastEventId }) => ({ stream, events, expected, expectedLastEventId }));
         // Decided on a state that includes appends still on their way: a store that cannot check the last
-        // event id gets this append only once those succeeded (if one fails, this one is decided again).
-        const before = this.store.verifiesLastEventId ? [] : each.flatMap((d) => (d.newEvents && d.entry.position instanceof Promise ? [d.entry.position] : []));
+        // event id gets this append only once those succeeded (if one fails, this one is decided again). So
+        // does every store when a step that appends nothing was decided on such a state: its decision stands
+        // only if they succeed, and the steps that append must not be written without it (all or none).
+        const before = each.flatMap((d) => (d.entry.position instanceof Promise && (d.newEvents ? !this.store.verifiesLastEventId : writing.length > 0) ? [d.entry.position] : []));
         const append = writing.length === 0 ? undefined
           : before.length === 0 ? this.store.appendAll(appends)
             : Promise.all(before).then(() => this.store.appendAll(appends));

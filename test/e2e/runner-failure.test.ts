@@ -48,16 +48,24 @@ function watch(runner: ProjectionRunner) {
   return { seen, until };
 }
 
-const flaky = (name: string, fail: () => boolean, error: () => Error): Projection => ({
+const flaky = (name: string, fail: () => boolean | Promise<boolean>, error: () => Error): Projection => ({
   name, collections: [{ name: `${name}_docs` }], canHandle: ['Wanted'],
-  async prepare() { if (fail()) throw error(); },
+  async prepare() { if (await fail()) throw error(); },
   async apply(e, w) { await w.put(`${name}_docs`, { id: e.id }, e.position); },
 });
 
 t.test('a failing batch is counted, sanitized, recorded beside the checkpoint, and over once that batch is applied', async (t) => {
   const { events, reads } = stores(t);
   let failures = 3;
-  const projection = flaky('flaky', () => failures-- > 0, () => new ProviderError('embeddings',
+  // The third attempt is held until the record beside the checkpoint has been compared: the runner reports a failure
+  // first (health, /readyz) and records it after (queued with its commits), and its next attempt (100 ms later here)
+  // counts on. A poll that a loaded machine delays past that attempt never sees count 2 stored (it saw 3, then nothing).
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => { release = resolve; });
+  const projection = flaky('flaky', async () => {
+    if (failures === 1) await held;
+    return failures-- > 0;
+  }, () => new ProviderError('embeddings',
     'embeddings provider unreachable (https://user:hunter2@embed.example/v1/embeddings?api-key=sk-abcdefgh1234): connect ECONNREFUSED\n    at TCPConnectWrap.afterConnect'));
   // A short quiet period: it must not end a failure inside a batch (only applying the batch does). Short retries.
   const runner = new ProjectionRunner(projection, events, reads, undefined, { recoveredAfterMs: 50, retryDelayMs: 50 });
@@ -72,11 +80,13 @@ t.test('a failing batch is counted, sanitized, recorded beside the checkpoint, a
   t.equal(failing.message, 'ProviderError: embeddings provider unreachable (https://[redacted]@embed.example/v1/embeddings?[redacted]): connect ECONNREFUSED',
     'class and first line only, the URL\'s credentials and query redacted');
   let stored = (await reads.checkpoint('flaky')).failure;
-  for (let i = 0; i < 100 && stored?.count !== 2; i++) {
+  for (let i = 0; i < 500 && stored?.count !== 2; i++) {
     await new Promise((resolve) => setTimeout(resolve, 20));
     stored = (await reads.checkpoint('flaky')).failure;
   }
-  t.same(stored, failing, 'recorded beside the checkpoint, for the operator CLI');
+  t.strictSame(stored, failing, 'recorded beside the checkpoint, for the operator CLI: the same failure, field for field');
+  t.strictSame(runner.failure, failing, 'and the runner still reports that one (its next attempt is held)');
+  release();
 
   await runner.waitFor(wanted.position, 10_000);
   t.equal(runner.failure, undefined, 'over: the batch that failed is applied');
@@ -216,7 +226,9 @@ t.test('a poison event is retried after waits that double up to a cap, back to t
   [50, 100, 200, 400, 400, 400].forEach((wait, i) => t.ok(waited[i]! >= wait - 2, `wait ${i + 1} is at least ${wait} ms (${waited[i]})`));
   t.ok(waited[0]! < 400, `the first wait is the first delay, not a second (${waited[0]} ms)`);
   t.ok(waited[5]! < 1200, `the sixth wait is capped at 400 ms, not 1,600 (${waited[5]} ms)`);
-  t.match(runner.failure, { count: 7, message: `poison (applying Wanted at position ${poison.position})` }, 'every attempt is counted, as before');
+  // What was reported, not runner.failure: a stall of the test past the next wait (400 ms) would let an eighth attempt count on.
+  t.same(reported.seen.slice(0, 7).map((f) => f?.count), [1, 2, 3, 4, 5, 6, 7], 'every attempt is counted, as before');
+  t.match(reported.seen[6], { message: `poison (applying Wanted at position ${poison.position})` });
   let stored = (await reads.checkpoint('backoff')).failure;
   for (let i = 0; i < 100 && (stored?.count ?? 0) < 7; i++) {
     await new Promise((resolve) => setTimeout(resolve, 20));
