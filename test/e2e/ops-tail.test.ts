@@ -3,10 +3,10 @@ import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
+import { until } from '../support/logs.js';
 
 /** `ops events tail` run as operators do, against an embedded log another process writes. */
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -32,11 +32,14 @@ t.test('events tail --from past the log\'s head says on stderr that the events u
   t.teardown(() => { child.kill('SIGKILL'); });
 
   // Bounded: a tail that says nothing would otherwise hold the test until the file's timeout.
-  for (let waited = 0; !out.stderr.includes('\n') && waited < 15_000; waited += 50) await sleep(50);
-  t.equal(out.stderr, 'note: --from 3 is past the log\'s head (1); events up to position 3 will not be shown\n');
+  await until('the tail has written a line on stderr', () => out.stderr.includes('\n') || child.exitCode !== null, 15_000);
+  const note = 'note: --from 3 is past the log\'s head (1); events up to position 3 will not be shown\n';
+  t.equal(out.stderr, note);
   // It still follows the log from there: positions 2 and 3 are skipped, as the note said.
   for (let revision = 0; revision < 3; revision++) await append(revision);
   t.equal(await done, 0, out.stderr);
-  t.match(JSON.parse(out.stdout), { position: 4, revision: 3 });
+  t.strictSame(out.stdout.split('\n').filter(Boolean).map((line) => JSON.parse(line).position), [4], 'the one event counted, past --from');
+  t.match(JSON.parse(out.stdout), { position: 4, revision: 3, stream: 'ops-tail', type: 'MemoryStored' });
+  t.equal(out.stderr, note, 'the note, once');
   // (A tail from the head or below it says nothing: `events tail --type` in ops.test.ts checks its stderr is empty.)
 });
