@@ -1,7 +1,6 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -10,6 +9,7 @@ import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { DuplicateEventIdError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import type { AppendResult, EventStore, RecordedEvent } from '../../infra/eventstore/port.js';
 import { newEvent, runWriter, type Ack, type WriterPlan } from './fixtures/writers.js';
+import { tempDir } from '../support/temp.js';
 
 /** What the contract needs to know about one adapter under test. */
 interface Subject {
@@ -562,12 +562,12 @@ async function eventually<T>(probe: () => Promise<T | undefined>, ms = 10_000): 
 }
 
 t.test('embedded', async (t) => {
-  const file = join(tempDir(t), 'events.db');
+  const file = join(tempDir(t, 'cairn-contract-'), 'events.db');
   await eventStoreContract(t, async () => ({ store: new EmbeddedEventStore(file), fresh: true, file }));
 });
 
 t.test('embedded: a read-only store object in the same process (the projection thread) follows every commit', async (t) => {
-  const file = join(tempDir(t), 'events.db');
+  const file = join(tempDir(t, 'cairn-contract-'), 'events.db');
   const writer = new EmbeddedEventStore(file);
   const reader = new EmbeddedEventStore(file, { appends: false });
   t.teardown(async () => { await writer.close(); await reader.close(); });
@@ -614,9 +614,3 @@ if (eventStoreUrl) {
   t.test('esdb', { skip: 'EVENTSTORE_URL not set: EventStoreDB contract run skipped' }, () => {});
 }
 
-/** A directory of its own (not t.testdir(), whose fixed path collides when two runs overlap), removed afterwards. */
-function tempDir(t: Test): string {
-  const dir = mkdtempSync(join(tmpdir(), 'cairn-contract-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}

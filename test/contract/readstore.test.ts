@@ -1,13 +1,12 @@
 import Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import type { MongoReadStore } from '../../infra/readstore/mongo.js';
 import { InvalidCursorError, type CheckpointInfo, type Doc, type FindOptions, type PauseHolder, type ProjectionWriter, type ReadStore } from '../../infra/readstore/port.js';
 import { putDocs, swapInThread, swapOn, type SwapSpec, type Swapper } from '../support/generation-swapper.js';
+import { tempDir } from '../support/temp.js';
 
 /*
  * Type checks (`npm test` runs tsc first): finishRebuild always takes the rebuild's own generation, in the port and in
@@ -618,7 +617,7 @@ async function pageAll(store: ReadStore, options: FindOptions, collection = 'doc
 }
 
 t.test('embedded', async (t) => {
-  const file = join(tempDir(t), 'readmodels.db');
+  const file = join(tempDir(t, 'cairn-contract-'), 'readmodels.db');
   await readStoreContract(t, async () => ({
     store: new EmbeddedReadStore(file),
     atomicBatches: true,
@@ -638,7 +637,7 @@ t.test('embedded', async (t) => {
 });
 
 t.test('embedded: a file from before failures and pauses were recorded gets the columns, and keeps its checkpoints', async (t) => {
-  const file = join(tempDir(t), 'readmodels.db');
+  const file = join(tempDir(t, 'cairn-contract-'), 'readmodels.db');
   const old = new Database(file);
   old.exec(`CREATE TABLE rm_checkpoints (projection TEXT NOT NULL, slot TEXT NOT NULL CHECK (slot IN ('live', 'rebuild')),
     position INTEGER NOT NULL, generation INTEGER NOT NULL, updated_at TEXT, PRIMARY KEY (projection, slot)) WITHOUT ROWID;
@@ -657,7 +656,7 @@ t.test('embedded: a file from before failures and pauses were recorded gets the 
 });
 
 t.test('embedded: a pause recorded without its holder (a file of the version before holders) is not read', async (t) => {
-  const file = join(tempDir(t), 'readmodels.db');
+  const file = join(tempDir(t, 'cairn-contract-'), 'readmodels.db');
   const old = new Database(file);
   old.exec(`CREATE TABLE rm_checkpoints (projection TEXT NOT NULL, slot TEXT NOT NULL CHECK (slot IN ('live', 'rebuild')),
     position INTEGER NOT NULL, generation INTEGER NOT NULL, updated_at TEXT, failure TEXT, paused_at TEXT, PRIMARY KEY (projection, slot)) WITHOUT ROWID;
@@ -702,9 +701,3 @@ if (mongodbUrl) {
   t.test('mongodb', { skip: 'MONGODB_URL not set: MongoDB contract run skipped' }, () => {});
 }
 
-/** A directory of its own (not t.testdir(), whose fixed path collides when two runs overlap), removed afterwards. */
-function tempDir(t: Test): string {
-  const dir = mkdtempSync(join(tmpdir(), 'cairn-contract-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}

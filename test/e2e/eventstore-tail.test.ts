@@ -1,17 +1,10 @@
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import type { RecordedEvent } from '../../infra/eventstore/port.js';
+import { tempDir } from '../support/temp.js';
 
-/** A directory of its own, removed when `t` ends. */
-function tempDir(t: Test, prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 const meta = { correlation_id: 'c', causation_id: 'c', actor: 't', occurred_at: '2026-01-01T00:00:00.000Z' };
 const event = (n: number) => ({ id: randomUUID(), type: 'Counted', data: { n }, metadata: meta });

@@ -1,6 +1,4 @@
 import t, { type Test } from 'tap';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { CommandBus, type RequestMeta } from '../../commands/bus.js';
@@ -9,12 +7,8 @@ import { fold } from '../../domain/shared/decider.js';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import type { EventStore, StreamAppend } from '../../infra/eventstore/port.js';
+import { tempDir } from '../support/temp.js';
 
-function tempDir(t: Test, prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 /** A small seeded generator (mulberry32), so a failing run can be repeated from the seed it prints. */
 function random(seed: number): () => number {

@@ -1,6 +1,4 @@
 import t, { type Test } from 'tap';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { CommandBus, type RequestMeta } from '../../commands/bus.js';
@@ -8,13 +6,8 @@ import { configDecider, configStream, valueHash } from '../../domain/config/deci
 import { memoryDecider, memoryStream } from '../../domain/memory/decider.js';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import type { EventStore, StreamAppend } from '../../infra/eventstore/port.js';
+import { tempDir } from '../support/temp.js';
 
-/** A directory of its own, removed when `t` ends. */
-function tempDir(t: Test, prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 const meta = (): RequestMeta => {
   const id = randomUUID();

@@ -1,16 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { putDocs, swapInThread } from '../support/generation-swapper.js';
+import { tempDir } from '../support/temp.js';
 
-/** A directory of its own, removed when `t` ends. */
-function tempDir(t: Test, prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 /**
  * Reads of the live generation while another connection swaps rebuilt generations in and drops the old
