@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
@@ -90,14 +90,7 @@ t.test('a key set with several keys and tokens without kid (a provider rotating 
     { ...(await exportJWK(first.publicKey)), alg: 'RS256', use: 'sig' },
     { ...(await exportJWK(second.publicKey)), alg: 'RS256', use: 'sig' },
   ];
-  const idp = createServer((req, res) => {
-    res.setHeader('Content-Type', 'application/json');
-    res.end(JSON.stringify({ keys }));
-  });
-  await new Promise<void>((r) => idp.listen(0, '127.0.0.1', r));
-  t.teardown(() => new Promise((r) => idp.close(r)));
-  const app = await startTestCairn({ AUTH_JWKS_URL: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks`, AUTH_ISSUER: 'https://idp.example', AUTH_AUDIENCE: 'cairn' });
-  t.teardown(() => app.stop());
+  const app = await appWithKeySet(t, keys);
   const sign = (key: CryptoKey, expires = '5m') => new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256' }).setSubject('user-7')
     .setIssuer('https://idp.example').setAudience('cairn').setIssuedAt().setExpirationTime(expires).sign(key);
   const status = async (token: string) => (await app.platform('/projects', { headers: bearer(token) })).status;
@@ -110,6 +103,17 @@ t.test('a key set with several keys and tokens without kid (a provider rotating 
 t.test('a token without kid is tried against at most 8 keys of the set, in the set\'s order', async (t) => {
   const pairs = await Promise.all(Array.from({ length: 9 }, () => generateKeyPair('RS256')));
   const keys = await Promise.all(pairs.map(async (p) => ({ ...(await exportJWK(p.publicKey)), alg: 'RS256', use: 'sig' })));
+  const app = await appWithKeySet(t, keys);
+  const status = async (key: CryptoKey) => (await app.platform('/projects', {
+    headers: bearer(await new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256' }).setSubject('user-7')
+      .setIssuer('https://idp.example').setAudience('cairn').setIssuedAt().setExpirationTime('5m').sign(key)),
+  })).status;
+  t.equal(await status(pairs[7]!.privateKey as CryptoKey), 200, 'signed by the 8th key: found');
+  t.equal(await status(pairs[8]!.privateKey as CryptoKey), 401, 'signed by the 9th: not tried');
+});
+
+/** A server whose sessions are verified against a local identity provider serving `keys` as its JWKS. */
+async function appWithKeySet(t: Test, keys: unknown[]) {
   const idp = createServer((req, res) => {
     res.setHeader('Content-Type', 'application/json');
     res.end(JSON.stringify({ keys }));
@@ -118,10 +122,5 @@ t.test('a token without kid is tried against at most 8 keys of the set, in the s
   t.teardown(() => new Promise((r) => idp.close(r)));
   const app = await startTestCairn({ AUTH_JWKS_URL: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks`, AUTH_ISSUER: 'https://idp.example', AUTH_AUDIENCE: 'cairn' });
   t.teardown(() => app.stop());
-  const status = async (key: CryptoKey) => (await app.platform('/projects', {
-    headers: bearer(await new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256' }).setSubject('user-7')
-      .setIssuer('https://idp.example').setAudience('cairn').setIssuedAt().setExpirationTime('5m').sign(key)),
-  })).status;
-  t.equal(await status(pairs[7]!.privateKey as CryptoKey), 200, 'signed by the 8th key: found');
-  t.equal(await status(pairs[8]!.privateKey as CryptoKey), 401, 'signed by the 9th: not tried');
-});
+  return app;
+}

@@ -7,18 +7,23 @@ import { fold } from '../../domain/shared/decider.js';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import type { EventStore, StreamAppend } from '../../infra/eventstore/port.js';
+import { random } from '../contract/fixtures/writers.js';
 import { tempDir } from '../support/temp.js';
 
 
-/** A small seeded generator (mulberry32), so a failing run can be repeated from the seed it prints. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(a ^ (a >>> 15), 1 | a);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
+/**
+ * A run's seeded generator (the seed printed: BUS_SEED repeats the run; mulberry32, as the contract suite's writers)
+ * and two event stores on one temporary file, the two nodes' logs.
+ */
+function twoNodes(t: Test) {
+  const seed = Number(process.env.BUS_SEED ?? Date.now() % 1_000_000);
+  t.comment(`seed ${seed} (BUS_SEED=${seed} repeats this run)`);
+  const rnd = random(seed);
+  const pick = <T>(xs: T[]): T => xs[Math.floor(rnd() * xs.length)]!;
+  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
+  const [storeA, storeB] = [new EmbeddedEventStore(file), new EmbeddedEventStore(file)];
+  t.teardown(async () => { await storeA.close(); await storeB.close(); });
+  return { rnd, pick, storeA, storeB };
 }
 
 const values = (events: Array<{ type: string; data: Record<string, unknown> }>) => [...fold(configDecider, events as ConfigEvent[]).values.entries()].sort();
@@ -27,13 +32,7 @@ const values = (events: Array<{ type: string; data: Record<string, unknown> }>) 
 type Wrap = (store: EmbeddedEventStore, rnd: () => number) => EventStore;
 
 async function interleave(t: Test, wrap: Wrap) {
-  const seed = Number(process.env.BUS_SEED ?? Date.now() % 1_000_000);
-  t.comment(`seed ${seed} (BUS_SEED=${seed} repeats this run)`);
-  const rnd = random(seed);
-  const pick = <T>(xs: T[]): T => xs[Math.floor(rnd() * xs.length)]!;
-  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
-  const [storeA, storeB] = [new EmbeddedEventStore(file), new EmbeddedEventStore(file)];
-  t.teardown(async () => { await storeA.close(); await storeB.close(); });
+  const { rnd, pick, storeA, storeB } = twoNodes(t);
   const nodes = [new CommandBus(wrap(storeA, rnd), () => new Date('2026-01-01T00:00:00.000Z')), new CommandBus(storeB, () => new Date('2026-01-02T00:00:00.000Z'))];
   const stream = configStream('p');
   const keyed: Array<{ key: string; command: ConfigCommand }> = [];
@@ -108,13 +107,7 @@ t.test('the same on a store that does not check the last event id (as EventStore
   })));
 
 t.test('random interleavings of handleAll over two streams and single commands, through two nodes, with node A\'s appends failing at random', async (t) => {
-  const seed = Number(process.env.BUS_SEED ?? Date.now() % 1_000_000);
-  t.comment(`seed ${seed} (BUS_SEED=${seed} repeats this run)`);
-  const rnd = random(seed);
-  const pick = <T>(xs: T[]): T => xs[Math.floor(rnd() * xs.length)]!;
-  const file = join(tempDir(t, 'cairn-bus-'), 'events.db');
-  const [storeA, storeB] = [new EmbeddedEventStore(file), new EmbeddedEventStore(file)];
-  t.teardown(async () => { await storeA.close(); await storeB.close(); });
+  const { rnd, pick, storeA, storeB } = twoNodes(t);
   const failing = Object.assign(Object.create(storeA) as EmbeddedEventStore, {
     appendAll: async (appends: StreamAppend[]) => {
       const fate = rnd();

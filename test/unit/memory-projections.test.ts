@@ -8,6 +8,7 @@ import { BruteForceVectorIndex } from '../../infra/search/vector.js';
 import { memoriesIndexSync, memoriesProjection } from '../../projections/memory/memories.js';
 import { personalityProjection } from '../../projections/memory/personality.js';
 import { vectorsIndexSync, vectorsProjection } from '../../projections/memory/vectors.js';
+import { RecordingEmbedder } from '../support/embedders.js';
 import type { Projection } from '../../projections/projection.js';
 
 const scope = { agent: 'a', user: 'u' };
@@ -98,17 +99,12 @@ t.test('memories: the in-process BM25 index follows commits and reloads from the
 });
 
 t.test('memory-vectors: behind the head, texts that later events replace or delete are not sent to the embedder', async (t) => {
-  const sent: string[] = [];
-  class Recording extends LocalHashEmbedder {
-    override async embed(texts: string[]): Promise<Float32Array[]> {
-      sent.push(...texts);
-      return super.embed(texts);
-    }
-  }
+  const recording = new RecordingEmbedder();
+  const { sent } = recording;
   const reads = new EmbeddedReadStore(':memory:');
   t.teardown(() => reads.close());
   const index = new BruteForceVectorIndex();
-  const projection = vectorsProjection(new Recording(), vectorsIndexSync(reads, index, new LocalHashEmbedder().model));
+  const projection = vectorsProjection(recording, vectorsIndexSync(reads, index, new LocalHashEmbedder().model));
   await reads.register(projection.name, projection.collections);
   await projection.reset!();
   // One event per batch, as a runner far behind the head (or a rebuild) may see them.
@@ -132,14 +128,9 @@ t.test('memory-vectors: behind the head, texts that later events replace or dele
 });
 
 t.test('memory-vectors: the look-ahead sees events appended since it last read a scope', async (t) => {
-  const sent: string[] = [];
-  class Recording extends LocalHashEmbedder {
-    override async embed(texts: string[]): Promise<Float32Array[]> {
-      sent.push(...texts);
-      return super.embed(texts);
-    }
-  }
-  const projection = vectorsProjection(new Recording());
+  const recording = new RecordingEmbedder();
+  const { sent } = recording;
+  const projection = vectorsProjection(recording);
   const at = (e: MemoryEvent, stream: string, revision: number, position: number): RecordedEvent => ({
     id: `x${position}`, stream, revision, position, type: e.type, data: e.data,
     metadata: { correlation_id: 'c', causation_id: 'c', actor: 'owner', occurred_at: T }, recorded_at: T,

@@ -5,6 +5,7 @@ import { LocalHashEmbedder } from '../../infra/providers/embeddings.js';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { BruteForceVectorIndex } from '../../infra/search/vector.js';
 import { vectorsIndexSync, vectorsProjection } from '../../projections/memory/vectors.js';
+import { RecordingEmbedder } from '../support/embedders.js';
 
 /**
  * The vector projection behind the head (a runner catching up one batch at a time): updates that keep a
@@ -24,18 +25,13 @@ const logOf = (all: RecordedEvent[]): Pick<EventStore, 'readStream' | 'headPosit
 });
 
 t.test('relabels of an unchanged text, each in its own batch behind the head: one provider call, vector kept', async (t) => {
-  const sent: string[] = [];
-  class Recording extends LocalHashEmbedder {
-    override async embed(texts: string[]): Promise<Float32Array[]> {
-      sent.push(...texts);
-      return super.embed(texts);
-    }
-  }
+  const recording = new RecordingEmbedder();
+  const { sent } = recording;
   const reads = new EmbeddedReadStore(':memory:');
   t.teardown(() => reads.close());
   const index = new BruteForceVectorIndex();
   const model = new LocalHashEmbedder().model;
-  const projection = vectorsProjection(new Recording(), vectorsIndexSync(reads, index, model));
+  const projection = vectorsProjection(recording, vectorsIndexSync(reads, index, model));
   await reads.register(projection.name, projection.collections);
   await projection.reset!();
   const relabel = (session: string): MemoryEvent =>
@@ -61,16 +57,11 @@ t.test('relabels of an unchanged text, each in its own batch behind the head: on
 });
 
 t.test('a text a later update replaces is still never embedded', async (t) => {
-  const sent: string[] = [];
-  class Recording extends LocalHashEmbedder {
-    override async embed(texts: string[]): Promise<Float32Array[]> {
-      sent.push(...texts);
-      return super.embed(texts);
-    }
-  }
+  const recording = new RecordingEmbedder();
+  const { sent } = recording;
   const reads = new EmbeddedReadStore(':memory:');
   t.teardown(() => reads.close());
-  const projection = vectorsProjection(new Recording());
+  const projection = vectorsProjection(recording);
   await reads.register(projection.name, projection.collections);
   const update = (text: string): MemoryEvent =>
     ({ type: 'MemoryUpdated', data: { ...scope, memory_id: 'm1', text, session: null, created_at: T, updated_at: T } });
