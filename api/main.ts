@@ -34,9 +34,15 @@ log.info({
 }, 'cairn started');
 
 let stopping = false;
+const SIGNAL_EXIT_CODES = { SIGINT: 130, SIGTERM: 143 } as const;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {
-    if (stopping) return;
+    if (stopping) {
+      // A second Ctrl-C (or a service manager's second SIGTERM) stops at once, as a kill would: acknowledged writes
+      // are on disk already; requests still in flight are cut and the read models catch up at the next start.
+      log.warn({ signal }, 'stopping now, without waiting for requests in flight');
+      process.exit(SIGNAL_EXIT_CODES[signal]);
+    }
     stopping = true;
     log.info({ signal }, 'stopping');
     cairn.close().then(() => process.exit(0), (error) => {
