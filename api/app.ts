@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import { createServer, type Server } from 'node:http';
 import type Koa from 'koa';
-import { CommandBus } from '../commands/bus.js';
+import { CommandBus, cacheLimits } from '../commands/bus.js';
 import { apiKeyDecider, apiKeyStream, USE_RECORD_INTERVAL_MS } from '../domain/apikeys/decider.js';
 import type { Config } from '../infra/config.js';
 import type { EventStore } from '../infra/eventstore/port.js';
@@ -78,7 +78,7 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
     await closeStores({ events, reads });
     throw new ReadModelsAheadError(ahead, end, aheadFix(config.mongodbUrl ? undefined : join(config.dataDir, 'readmodels.db')));
   }
-  const bus = new CommandBus(events, clock);
+  const bus = new CommandBus(events, clock, cacheLimits(config.stateCacheMb));
 
   let projections: ProjectionHost | undefined;
   let pending = 0;

@@ -6,7 +6,20 @@ import { isRepeatable, type CommandContext, type Decider, type DomainEvent } fro
 
 const EVENT_ID_NAMESPACE = '6f1c7a8e-3d1f-4b59-9a43-2b8f1c0e5d77';
 const MAX_ATTEMPTS = 5;
-const CACHE_LIMIT = 10_000;
+
+/**
+ * Bounds of the cached states: streams, and their weight in items (Decider.size: a memory scope weighs its live
+ * memories, a project's configuration its keys; a state of any other decider weighs 1).
+ */
+export interface StateCacheLimits {
+  maxEntries: number;
+  maxWeight: number;
+}
+/** What an item of a cached state takes, estimated: a memory of a scope's state (with its byText entry) measured ~470 bytes. */
+export const STATE_ITEM_BYTES = 512;
+/** The limits for a cache of `mb` MiB (STATE_CACHE_MB), at most 10,000 streams. */
+export const cacheLimits = (mb: number): StateCacheLimits => ({ maxEntries: 10_000, maxWeight: Math.floor((mb * 2 ** 20) / STATE_ITEM_BYTES) });
+export const DEFAULT_CACHE_LIMITS: StateCacheLimits = cacheLimits(256);
 
 /**
  * The request key as the first part of an event id's name, whose parts are joined with '/': a key (the client's
@@ -59,6 +72,8 @@ class CacheEntry<State> {
   suspect = false;
   /** The entry decided on this one. */
   heir?: CacheEntry<State>;
+  /** What the state weighs in the cache (Decider.size), as decided: one per event for an entry built on another. */
+  readonly weight: number;
   private value?: State;
   private broken?: { error: unknown };
   private unapplied?: { below: CacheEntry<State>; events: DomainEvent[]; evolve: (state: State, event: DomainEvent) => State };
@@ -69,12 +84,15 @@ class CacheEntry<State> {
     readonly lastEventId: string | undefined,
     /** Position of the stream's last committed event, or the append that will produce it. */
     public position: number | Promise<number>,
-    state: { value: State } | { below: CacheEntry<State>; events: DomainEvent[]; evolve: (state: State, event: DomainEvent) => State },
+    state: { value: State; weight: number } | { below: CacheEntry<State>; events: DomainEvent[]; evolve: (state: State, event: DomainEvent) => State },
   ) {
     this.durable = 'value' in state;
-    if ('value' in state) this.value = state.value;
-    else {
+    if ('value' in state) {
+      this.value = state.value;
+      this.weight = state.weight;
+    } else {
       this.unapplied = state;
+      this.weight = state.below.weight + state.events.length;
       state.below.heir = this;
     }
   }
@@ -105,6 +123,49 @@ class CacheEntry<State> {
 }
 
 /**
+ * The cached states by stream, least recently written first: the oldest go when there are more than `maxEntries`
+ * or they weigh more than `maxWeight` together, except the one just cached (a scope heavier than the whole budget
+ * is still decided on its cached state, not read from the log again for every command).
+ */
+class StateCache {
+  private readonly entries = new Map<string, CacheEntry<any>>();
+  private weight = 0;
+
+  constructor(private readonly limits: StateCacheLimits) {}
+
+  get(stream: string): CacheEntry<any> | undefined {
+    return this.entries.get(stream);
+  }
+
+  set(stream: string, entry: CacheEntry<any>): void {
+    this.delete(stream);
+    this.entries.set(stream, entry);
+    this.weight += entry.weight;
+    for (const [oldest] of this.entries) {
+      if (oldest === stream || (this.entries.size <= this.limits.maxEntries && this.weight <= this.limits.maxWeight)) break;
+      this.delete(oldest);
+    }
+  }
+
+  delete(stream: string): void {
+    const entry = this.entries.get(stream);
+    if (entry === undefined) return;
+    this.entries.delete(stream);
+    this.weight -= entry.weight;
+  }
+
+  clear(): void {
+    this.entries.clear();
+    this.weight = 0;
+  }
+
+  /** Cached streams and their total weight. */
+  get stats(): { entries: number; weight: number } {
+    return { entries: this.entries.size, weight: this.weight };
+  }
+}
+
+/**
  * The append wrote the events decided at `revision`: not an idempotent replay of an earlier request's (ending at
  * another revision, or, if another node wrote that request's events just past the state decided on, at this one,
  * which only a store that says `written` can tell).
@@ -129,10 +190,17 @@ class RefusedBehindAppend {
  * once the appends it was decided behind are written (not failed, nor found to be idempotent replays).
  */
 export class CommandBus {
-  private readonly cache = new Map<string, CacheEntry<any>>(); // each stream holds its own decider's state
+  private readonly cache: StateCache; // each stream holds its own decider's state
   private readonly locks = new Map<string, Promise<unknown>>();
 
-  constructor(private readonly store: EventStore, private readonly clock: () => Date = () => new Date()) {}
+  constructor(private readonly store: EventStore, private readonly clock: () => Date = () => new Date(), limits: StateCacheLimits = DEFAULT_CACHE_LIMITS) {
+    this.cache = new StateCache(limits);
+  }
+
+  /** The cached states: how many streams, and what they weigh (Decider.size). */
+  get cacheStats(): { entries: number; weight: number } {
+    return this.cache.stats;
+  }
 
   async handle<State, Command, Event extends DomainEvent>(
     stream: string, decider: Decider<State, Command, Event>, command: Command, meta: RequestMeta,
@@ -146,7 +214,7 @@ export class CommandBus {
    * checked against the log like any decision that appends nothing), with the position once it is durable.
    */
   async state<State, Command, Event extends DomainEvent>(stream: string, decider: Decider<State, Command, Event>, meta: RequestMeta): Promise<CommandResult<State, Event>> {
-    const look: Decider<State, null, Event> = { initialState: decider.initialState, evolve: decider.evolve, decide: () => [] };
+    const look: Decider<State, null, Event> = { initialState: decider.initialState, evolve: decider.evolve, size: decider.size, decide: () => [] };
     return this.handle(stream, look, null, meta);
   }
 
@@ -388,13 +456,11 @@ export class CommandBus {
       if (page.length < 1000) break;
       at = revision + 1;
     }
-    return new CacheEntry<State>(revision, lastEventId, position, { value: state });
+    return new CacheEntry<State>(revision, lastEventId, position, { value: state, weight: decider.size?.(state) ?? 1 });
   }
 
   private remember<State>(stream: string, entry: CacheEntry<State>): void {
-    this.cache.delete(stream);
     this.cache.set(stream, entry);
-    if (this.cache.size > CACHE_LIMIT) this.cache.delete(this.cache.keys().next().value!);
   }
 
   /** withStreamLock over several streams, taken in the given (sorted) order so two callers never wait on each other. */

@@ -34,6 +34,11 @@ export interface Config {
    */
   projectionsNice: number;
   /**
+   * STATE_CACHE_MB: how much memory the command bus's cached stream states may take, estimated (a memory scope
+   * weighs its live memories, a project's configuration its keys: ~512 bytes each). The least recently written go first.
+   */
+  stateCacheMb: number;
+  /**
    * READY_MAX_LAG: how many events a projection may be behind the log before `/readyz` answers 503.
    * Unset (the default): lag alone never makes a node not ready (every node behind the same log lags alike).
    */
@@ -272,6 +277,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     consistencyTimeoutMs: bounded('CONSISTENCY_TIMEOUT_MS', 5000, 0, 600_000, env),
     projectionsThread: flag('PROJECTIONS_THREAD', true, env),
     projectionsNice: bounded('PROJECTIONS_NICE', 10, 0, 19, env),
+    stateCacheMb: bounded('STATE_CACHE_MB', 256, 16, 65_536, env),
     // Up to the most `ops projections status` counts (LAG_COUNT_LIMIT).
     readyMaxLag: optionalBounded('READY_MAX_LAG', 1, 100_000, env),
     memory: {

@@ -260,6 +260,9 @@ function unchangedMemory(state: MemoryState, scope: Scope, memoryId: string, tex
 export const memoryDecider: Decider<MemoryState, MemoryCommand, MemoryEvent> = {
   initialState: () => ({ memories: new Map(), byText: new Map(), personality: null, requests: new Map() }),
 
+  /** Its live memories and remembered requests (each ~470 bytes of state with its byText entry), for the command bus's cache. */
+  size: (state) => 1 + state.memories.size + state.requests.size,
+
   decide(command, state, ctx): MemoryEvent[] {
     requireValid(command);
     const scope = { agent: command.data.agent, user: command.data.user };

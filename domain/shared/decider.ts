@@ -27,6 +27,11 @@ export interface Decider<State, Command, Event extends DomainEvent> {
    * or found in the log by its id, with this error.
    */
   refusal?(event: Event): DomainError | undefined;
+  /**
+   * What a state weighs in the command bus's cache of states, in items (absent: 1). The cache is bounded by
+   * streams and by weight, so a decider whose state grows with its stream (a memory scope) says by how much.
+   */
+  size?(state: State): number;
 }
 
 /** A request the client may send again: one sent with an Idempotency-Key (its request key is then `idem:<key>`, see api/http/app.ts). */

@@ -1,4 +1,5 @@
 import t from 'tap';
+import { cacheLimits } from '../../commands/bus.js';
 import { ConfigError, loadConfig } from '../../infra/config.js';
 
 t.test('the LLM key only goes to the LLM base URL', async (t) => {
@@ -16,6 +17,16 @@ t.test('PROJECTIONS_NICE: an integer from 0 to 19, default 10', async (t) => {
   t.equal(loadConfig({ PROJECTIONS_NICE: '19' }).projectionsNice, 19);
   t.throws(() => loadConfig({ PROJECTIONS_NICE: '20' }), /PROJECTIONS_NICE must be an integer from 0 to 19/);
   t.throws(() => loadConfig({ PROJECTIONS_NICE: '1.5' }), /PROJECTIONS_NICE must be a non-negative integer/);
+});
+
+t.test('STATE_CACHE_MB: an integer from 16 to 65,536, default 256, as the command bus\'s weight budget', async (t) => {
+  t.equal(loadConfig({}).stateCacheMb, 256);
+  t.equal(loadConfig({ STATE_CACHE_MB: '16' }).stateCacheMb, 16);
+  t.equal(loadConfig({ STATE_CACHE_MB: '65536' }).stateCacheMb, 65_536);
+  t.throws(() => loadConfig({ STATE_CACHE_MB: '15' }), /STATE_CACHE_MB must be an integer from 16 to 65536/);
+  t.throws(() => loadConfig({ STATE_CACHE_MB: '65537' }), /STATE_CACHE_MB must be an integer from 16 to 65536/);
+  t.strictSame(cacheLimits(256), { maxEntries: 10_000, maxWeight: 524_288 }, '256 MiB of ~512-byte items');
+  t.strictSame(cacheLimits(16), { maxEntries: 10_000, maxWeight: 32_768 });
 });
 
 t.test('READY_MAX_LAG: unset (no bound) or an integer from 1 to 100,000', async (t) => {
