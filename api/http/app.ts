@@ -6,7 +6,7 @@ import type { Duplex } from 'node:stream';
 import { stringify as toYaml } from 'yaml';
 import type { RequestMeta } from '../../commands/bus.js';
 import { DomainError, type DomainErrorKind } from '../../domain/shared/decider.js';
-import { DuplicateEventIdError, EventStoreTimeoutError, StorageFullError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
+import { AppendTooLargeError, DuplicateEventIdError, EventStoreTimeoutError, StorageFullError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import type { Logger } from '../../infra/logger.js';
 import { InvalidCursorError } from '../../infra/readstore/port.js';
 import { ConsistencyTimeoutError } from '../../projections/runner.js';
@@ -53,6 +53,9 @@ export function toProblemError(error: unknown): ProblemError {
     return new ProblemError(409, 'concurrency-conflict', 'the resource was changed concurrently; retry the request', { stream: error.stream });
   }
   if (error instanceof DuplicateEventIdError) return new ProblemError(409, 'duplicate-request', 'this request id was already used for a different change');
+  if (error instanceof AppendTooLargeError) {
+    return new ProblemError(413, 'request-too-large', `the event store refuses to write this much at once${error.maxAppendSize === undefined ? '' : ` (at most ${error.maxAppendSize} bytes per write, the request's own data and metadata included)`}: nothing was written; send less`);
+  }
   if (error instanceof StorageFullError) return new ProblemError(507, 'storage-full', 'the server\'s storage is full: nothing of this request was written; retry once space has been freed');
   if (error instanceof EventStoreTimeoutError) {
     return new ProblemError(503, 'event-store-unavailable', error.operation === 'append'

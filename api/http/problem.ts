@@ -63,7 +63,7 @@ export const PROBLEM_TYPES = {
   'duplicate-request': { statuses: [409], meaning: 'The events this request would append (their ids derive from its Idempotency-Key) are already in the log elsewhere: a repeat that cannot be answered as a replay. Nothing was written.' },
   'idempotency-replay': { statuses: [409], meaning: 'Platform: a key creation repeated with its Idempotency-Key; the key exists, but its secret cannot be shown again.' },
   'concurrent-delete': { statuses: [409], meaning: 'Memory service: a store changed nothing (the text was already held), and a concurrent request deleted that memory before the answer could be read; sending the store again stores the text anew.' },
-  'request-too-large': { statuses: [413, 431], meaning: 'The URL and headers exceed the server\'s limit (431), or a chunked body\'s chunk extensions do (413). A body over 1 MiB is `validation`.' },
+  'request-too-large': { statuses: [413, 431], meaning: 'The URL and headers exceed the server\'s limit (431), or a chunked body\'s chunk extensions do (413), or EventStoreDB refuses the write as larger than its `MaxAppendSize` (413; a configuration value close to 1 MiB with the server\'s default). A body over 1 MiB is `validation`.' },
   'idempotency-mismatch': { statuses: [422], meaning: 'The Idempotency-Key was already used for a different request.' },
   internal: { statuses: [500], meaning: 'An unexpected failure, e.g. of the event store or a read store: the body is generic and the server log has the details.' },
   'provider-failure': { statuses: [500], meaning: 'Memory service: a model provider (chat or embeddings) failed or answered unusably; the upstream reply is logged, never returned.' },

@@ -29,6 +29,17 @@ export class StorageFullError extends Error {
 }
 
 /**
+ * The event store refused the append as larger than it takes at once (EventStoreDB's MaxAppendSize, 1 MiB by default,
+ * counting the events' data and metadata): nothing was written. Maps to 413.
+ */
+export class AppendTooLargeError extends Error {
+  override readonly name = 'AppendTooLargeError';
+  constructor(readonly stream: string, readonly maxAppendSize: number | undefined, options?: ErrorOptions) {
+    super(`the event store refused the append to ${stream} as too large${maxAppendSize === undefined ? '' : ` (its limit: ${maxAppendSize} bytes)`}`, options);
+  }
+}
+
+/**
  * EventStoreDB did not answer in time (EVENTSTORE_TIMEOUT_MS: a network partition, a server that hangs, a leader
  * election that does not end), answered that its write timed out, or could not be reached (`unreachable`: the
  * connection refused or lost, the node no longer the leader). For an append the outcome is unknown: it may have been

@@ -6,7 +6,7 @@ import type {
   AllStreamRecordedEvent, AllStreamResolvedEvent, AllStreamSubscription, AppendExpectedRevision, Filter, JSONType, Position,
   RecordedEvent as EsdbRecordedEvent, ReadPosition, StreamingRead,
 } from '@eventstore/db-client';
-import { DuplicateEventIdError, EventStoreTimeoutError, WrongExpectedVersionError } from './errors.js';
+import { AppendTooLargeError, DuplicateEventIdError, EventStoreTimeoutError, WrongExpectedVersionError } from './errors.js';
 import { matchesFilter, readLimit } from './port.js';
 import type {
   AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
@@ -179,6 +179,11 @@ export class EsdbEventStore implements EventStore {
         throw new EventStoreTimeoutError('append', stream, this.timeoutMs, { cause: error });
       }
       if (isUnreachable(error)) throw new EventStoreTimeoutError('append', stream, this.timeoutMs, { cause: error, unreachable: true });
+      // Over the server's MaxAppendSize (a configuration value may be up to 1 MiB, and its event is larger): refused whole.
+      if (isErrorOfType(error, ErrorType.MAXIMUM_APPEND_SIZE_EXCEEDED)) {
+        const max = (error as { maxAppendSize?: number }).maxAppendSize;
+        throw new AppendTooLargeError(stream, Number.isSafeInteger(max) ? max : undefined, { cause: error });
+      }
       throw error;
     }
   }

@@ -582,17 +582,20 @@ async function getFrom<T extends Doc>(collection: Collection<StoredDoc>, id: str
 /**
  * Keys BSON cannot hold (a NUL byte) or that MongoDB reads as paths or operators, or refuses to store before 5.0 (a `.`,
  * a leading `$`, the empty key), in values a client chose (a configuration value is any JSON): stored escaped, as the
- * embedded store's JSON column keeps them, rather than failing the batch (and the projection) on every retry. `%` is
- * escaped too, so that decoding is exact. Queries never name such a key (FIELD allows none of these characters).
+ * embedded store's JSON column keeps them, rather than failing the batch (and the projection) on every retry. So is
+ * `_bsontype`: the driver's serializer takes an object with that key for one of its BSON classes and refuses to
+ * serialize it (BSONVersionError). `%` is escaped too, so that decoding is exact. Queries never name such a key (FIELD
+ * allows none of these characters, and no projection queries `_bsontype`).
  */
-const UNSAFE_KEY = /^$|^\$|[%.\0]/;
+const UNSAFE_KEY = /^$|^\$|^_bsontype$|[%.\0]/;
 
 function escapeKey(key: string): string {
-  return key === '' ? '%' : key.replace(/[%.\0]/g, (c) => `%${c.charCodeAt(0).toString(16).padStart(2, '0').toUpperCase()}`).replace(/^\$/, '%24');
+  if (key === '') return '%';
+  return key.replace(/[%.\0]/g, (c) => `%${c.charCodeAt(0).toString(16).padStart(2, '0').toUpperCase()}`).replace(/^\$/, '%24').replace(/^_bsontype$/, '%5Fbsontype');
 }
 
 function unescapeKey(key: string): string {
-  return key === '%' ? '' : key.replace(/%(25|2E|00|24)/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+  return key === '%' ? '' : key.replace(/%(25|2E|00|24|5F)/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
 }
 
 /** `value` with every unsafe key of its objects escaped (see UNSAFE_KEY); the same value when it has none. */

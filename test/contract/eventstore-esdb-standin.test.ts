@@ -5,7 +5,8 @@ import { createRequire } from 'node:module';
 import t, { type Test } from 'tap';
 import { CommandBus, type RequestMeta } from '../../commands/bus.js';
 import { configDecider, configStream } from '../../domain/config/decider.js';
-import { EventStoreTimeoutError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
+import { toProblemError } from '../../api/http/app.js';
+import { AppendTooLargeError, EventStoreTimeoutError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import { EsdbEventStore } from '../../infra/eventstore/esdb.js';
 import type { ExpectedRevision, NewEvent } from '../../infra/eventstore/port.js';
 import { timed, within } from '../support/settling.js';
@@ -28,7 +29,7 @@ const pb = {
 const { ReadReq, ReadResp, AppendReq, AppendResp, BatchAppendReq, BatchAppendResp } = pb.streams;
 
 const GRPC = { 'content-type': 'application/grpc+proto' };
-const STATUS = { OK: 0, DEADLINE_EXCEEDED: 4, ALREADY_EXISTS: 6, FAILED_PRECONDITION: 9, ABORTED: 10, UNIMPLEMENTED: 12 };
+const STATUS = { OK: 0, INVALID_ARGUMENT: 3, DEADLINE_EXCEEDED: 4, ALREADY_EXISTS: 6, FAILED_PRECONDITION: 9, ABORTED: 10, UNIMPLEMENTED: 12 };
 const READ = '/event_store.client.streams.Streams/Read';
 
 interface StoredEvent { id: string; type: string; contentType: string; data: Uint8Array; position: bigint }
@@ -48,6 +49,8 @@ class EsdbStandin extends EventEmitter {
    * Append with ABORTED "Operation timed out" (its RpcExceptions.Timeout), a BatchAppend with a Timeout status.
    */
   timeoutAppends = false;
+  /** When set, an append whose events' data take more bytes is refused as the server refuses one over its MaxAppendSize. */
+  maxAppendSize: number | undefined;
   /** When set, a stream read's events are sent one at a time, this many milliseconds apart (a slow read). */
   trickleMs = 0;
   /**
@@ -110,6 +113,10 @@ class EsdbStandin extends EventEmitter {
           const options = AppendReq.deserializeBinary(head!).getOptions()!;
           const expected = options.hasNoStream() ? 'no_stream' : options.hasAny() ? 'any' : options.hasStreamExists() ? 'stream_exists' : Number(options.getRevision());
           const proposed = rest.map((bytes) => AppendReq.deserializeBinary(bytes).getProposedMessage()!);
+          if (this.tooLarge(proposed)) {
+            return fail(stream, STATUS.INVALID_ARGUMENT, `Maximum Append Size of ${this.maxAppendSize} Exceeded.`,
+              { exception: 'maximum-append-size-exceeded', 'maximum-append-size': String(this.maxAppendSize) });
+          }
           const outcome = this.append(nameOf(options.getStreamIdentifier()!), expected, proposed);
           const response = new AppendResp();
           if (outcome.ok) {
@@ -142,6 +149,12 @@ class EsdbStandin extends EventEmitter {
               stream.write(frame(response.setError(new pb.status.Status().setCode(STATUS.DEADLINE_EXCEEDED).setMessage('Timeout').setDetails(details as never))));
               continue;
             }
+            if (this.tooLarge(request.getProposedMessagesList())) {
+              const details = new pb.any.Any();
+              details.pack(new pb.shared.MaximumAppendSizeExceeded().setMaxappendsize(this.maxAppendSize!).serializeBinary(), 'event_store.client.MaximumAppendSizeExceeded');
+              stream.write(frame(response.setError(new pb.status.Status().setCode(STATUS.INVALID_ARGUMENT).setMessage('MaximumAppendSizeExceeded').setDetails(details as never))));
+              continue;
+            }
             const outcome = this.append(nameOf(options.getStreamIdentifier()!), expected, request.getProposedMessagesList());
             if (outcome.ok) {
               const success = new BatchAppendResp.Success().setCurrentRevision(String(outcome.revision));
@@ -169,6 +182,10 @@ class EsdbStandin extends EventEmitter {
       default:
         return fail(stream, STATUS.UNIMPLEMENTED, `${path} is not part of the stand-in`);
     }
+  }
+
+  private tooLarge(proposed: Array<{ getData_asU8(): Uint8Array }>): boolean {
+    return this.maxAppendSize !== undefined && proposed.reduce((sum, m) => sum + m.getData_asU8().length, 0) > this.maxAppendSize;
   }
 
   private append(name: string, expected: ExpectedRevision, proposed: Array<{ getId(): { getString(): string } | undefined; getMetadataMap(): { get(key: string): string | undefined }; getData_asU8(): Uint8Array }>):
@@ -529,6 +546,27 @@ t.test('an append the server answers with a timeout of its own (a commit timeout
     t.type(outcome.error, EventStoreTimeoutError, `${name}: ${String(outcome.error)}`);
     t.match(outcome.error, { operation: 'append', stream: 'order-1', message: /whether the events were written is unknown/ }, name);
     t.ok(outcome.ms < 2000, `${name}: answered by the server, not by our own timer (${Math.round(outcome.ms)} ms)`);
+  }
+});
+
+t.test('an append over the server\'s MaxAppendSize is an AppendTooLargeError naming the limit, and writes nothing; one at the limit is written', async (t) => {
+  for (const batchAppend of [false, true]) {
+    const name = batchAppend ? 'BatchAppend' : 'Append';
+    const esdb = await EsdbStandin.start(t);
+    esdb.batchAppend = batchAppend;
+    const store = new EsdbEventStore(esdb.url, { timeoutMs: 10_000 });
+    t.teardown(() => store.close());
+    const sized = (bytes: number): NewEvent => ({ ...newEvent('ConfigValueSet'), data: { v: 'x'.repeat(bytes - 8) } }); // {"v":""} is 8 bytes
+    esdb.maxAppendSize = 4096;
+    await t.resolves(store.append('config-1', [sized(4096)], 'no_stream'), `${name}: exactly at the limit`);
+    const outcome = await timed(store.append('config-1', [sized(4097)], 0), 5000);
+    t.equal(outcome.outcome, 'rejected', `${name}: one byte past it`);
+    t.type(outcome.error, AppendTooLargeError, `${name}: ${String(outcome.error)}`);
+    t.match(outcome.error, { stream: 'config-1', maxAppendSize: 4096 }, name);
+    t.equal(esdb.streams.get('config-1')!.length, 1, `${name}: nothing of it written`);
+    const problem = toProblemError(outcome.error);
+    t.strictSame([problem.status, problem.slug], [413, 'request-too-large'], `${name}: answered 413`);
+    t.match(problem.detail, /at most 4096 bytes per write/, name);
   }
 });
 
