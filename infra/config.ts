@@ -271,7 +271,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     // At least long enough for a healthy server's round trip; at most what a timer can wait (see CONSISTENCY_TIMEOUT_MS).
     eventStoreTimeoutMs: bounded('EVENTSTORE_TIMEOUT_MS', 10_000, 100, 600_000, env),
     mongodbUrl: connectionString('MONGODB_URL', ['mongodb', 'mongodb+srv'], env),
-    mongodbDb: optional(env.MONGODB_DB) ?? 'cairn',
+    mongodbDb: mongodbDatabase(env),
     auth: authConfig(env),
     // 0: a read whose read model is behind answers 503 at once. Bounded: a timer past 2^31 - 1 ms fires at once.
     consistencyTimeoutMs: bounded('CONSISTENCY_TIMEOUT_MS', 5000, 0, 600_000, env),
@@ -287,6 +287,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel: logLevel(env),
     providers: loadProviders(env),
   };
+}
+
+/**
+ * MONGODB_DB as MongoDB names a database: 1-63 bytes without `/\\. "$` (nor `*<>:|?`, refused on Windows servers) or
+ * NUL. The driver refuses such a name only once connected, which read as "MongoDB could not be reached".
+ */
+function mongodbDatabase(env: NodeJS.ProcessEnv): string {
+  const name = optional(env.MONGODB_DB) ?? 'cairn';
+  if (Buffer.byteLength(name, 'utf8') > 63 || /[/\\. "$*<>:|?\0]/.test(name)) {
+    throw new ConfigError(`MONGODB_DB must be a MongoDB database name: at most 63 bytes, none of / \\ . space " $ * < > : | ? or NUL, got ${JSON.stringify(env.MONGODB_DB)}`);
+  }
+  return name;
 }
 
 function flag(name: string, fallback: boolean, env: NodeJS.ProcessEnv): boolean {

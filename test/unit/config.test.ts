@@ -29,6 +29,17 @@ t.test('STATE_CACHE_MB: an integer from 16 to 65,536, default 256, as the comman
   t.strictSame(cacheLimits(16), { maxEntries: 10_000, maxWeight: 32_768 });
 });
 
+t.test('MONGODB_DB: a MongoDB database name, checked at start rather than by the driver once connected', async (t) => {
+  t.equal(loadConfig({}).mongodbDb, 'cairn');
+  t.equal(loadConfig({ MONGODB_DB: 'cairn_prod-2' }).mongodbDb, 'cairn_prod-2');
+  t.equal(loadConfig({ MONGODB_DB: 'd'.repeat(63) }).mongodbDb, 'd'.repeat(63), '63 bytes');
+  t.throws(() => loadConfig({ MONGODB_DB: 'd'.repeat(64) }), /MONGODB_DB must be a MongoDB database name: at most 63 bytes/, '64 bytes');
+  t.throws(() => loadConfig({ MONGODB_DB: 'é'.repeat(32) }), ConfigError, '64 bytes in 32 characters');
+  for (const name of ['a.b', 'a/b', 'a\\b', 'a b', 'a"b', '$a', 'a*', 'a<b', 'a>b', 'a:b', 'a|b', 'a?', 'a\0b']) {
+    t.throws(() => loadConfig({ MONGODB_DB: name }), ConfigError, JSON.stringify(name));
+  }
+});
+
 t.test('READY_MAX_LAG: unset (no bound) or an integer from 1 to 100,000', async (t) => {
   t.equal(loadConfig({}).readyMaxLag, undefined, 'lag alone never makes a node not ready by default');
   t.equal(loadConfig({ READY_MAX_LAG: '' }).readyMaxLag, undefined, 'empty is unset');
