@@ -4,4 +4,4 @@ export const Uuid = Type.String({ format: 'uuid', pattern: '^[0-9a-fA-F]{8}-[0-9
 export const DateTime = Type.String({ format: 'date-time' });
 export const Success = Type.Object({ success: Type.Boolean() });
 
-export const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export { UUID_PATTERN } from '../../domain/agents/names.js';

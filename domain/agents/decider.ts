@@ -1,6 +1,6 @@
 import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
 import { canonicalLanguage } from './language.js';
-import { nameProblem } from '../shared/text.js';
+import { nameProblem, unpairedSurrogate } from '../shared/text.js';
 import { agentNameShapeProblem, MAX_AGENT_NAME } from './names.js';
 
 export const agentStream = (agentId: string) => `agent-${agentId}`;
@@ -58,8 +58,10 @@ function requireValidName(name: string): void {
 }
 
 const GENDERS: ReadonlyArray<AgentProfile['gender']> = ['male', 'female', 'non_binary', null];
+/** The profile's lists of phrases. */
+export const PHRASE_LISTS = ['speech_patterns', 'true_interests', 'true_dislikes'] as const;
 
-/** The spec's limits on a profile (Big Five scores 0.0 to 1.0, all five; the three genders), whoever sends the command. */
+/** The spec's limits on a profile (Big Five scores 0.0 to 1.0, all five; the three genders) and well-formed texts, whoever sends the command. */
 function requireValidProfile(profile: Omit<AgentProfile, 'owner'>): void {
   const { big5 } = profile;
   const traits = big5 !== null && typeof big5 === 'object' ? Object.keys(big5) : [];
@@ -69,6 +71,13 @@ function requireValidProfile(profile: Omit<AgentProfile, 'owner'>): void {
   });
   if (!valid) throw new DomainError('invalid', `agent big5 must hold exactly ${BIG5_TRAITS.join(', ')}, each a number from 0.0 to 1.0`);
   if (!GENDERS.includes(profile.gender)) throw new DomainError('invalid', 'agent gender must be male, female, non_binary or none');
+  // Well-formed text, as names are (see unpairedSurrogate): UTF-8 would store a lone surrogate as U+FFFD.
+  const texts: Array<[string, string | null]> = [['bio', profile.bio], ['personality_prompt', profile.personality_prompt]];
+  for (const field of PHRASE_LISTS) profile[field].forEach((phrase, i) => texts.push([`${field}[${i}]`, phrase]));
+  for (const [field, text] of texts) {
+    const problem = text === null ? undefined : unpairedSurrogate(text);
+    if (problem) throw new DomainError('invalid', `agent ${field} ${problem.message} (${problem.value})`);
+  }
 }
 
 export const agentDecider: Decider<AgentState, CreateAgent, AgentEvent> = {

@@ -156,7 +156,8 @@ export function nameProblems(name: string, max: number): NameProblem[] {
   if (name !== nameForm(name)) return [{ message: 'must be trimmed and NFC-normalised' }];
   if (name === '') return [{ message: 'must not be empty or only whitespace' }];
   const problems: Array<NameProblem | undefined> = [
-    [...name].length > max ? { message: `must not have more than ${max} characters (after trimming and NFC normalisation)` } : undefined,
+    // Given by its size, as every string over its limit is, not echoed back.
+    [...name].length > max ? { message: `must not have more than ${max} characters (after trimming and NFC normalisation)`, value: `${[...name].length} characters` } : undefined,
     unpairedSurrogate(name),
     invisibleCharacter(name),
   ];

@@ -211,6 +211,61 @@ t.test('optional fields at their edges: exactly the limit passes, one past it is
   const other = await create({ name: 'Gender other', gender: 'nonbinary' });
   t.equal(other.res.status, 400, 'a gender not among the three');
   t.match(other.body, { type: 'https://cairn.dev/problems/validation', errors: [{ location: 'body.gender' }] });
+  const doc = await (await app.platform('/docs/openapi.json')).json();
+  const view = doc.paths['/api/v1/agents/{agentId}'].get.responses['200'].content['application/json'].schema;
+  const genders = { anyOf: [{ type: 'string', enum: ['male', 'female', 'non_binary'] }, { type: 'null' }] };
+  t.strictSame([view.properties.gender, view.properties.profile.properties.gender], [genders, genders], 'the OpenAPI document gives the agent\'s gender as the three values or null, not any string');
+});
+
+t.test('every text of the profile must be well-formed Unicode: a lone surrogate is a 400 naming the field and where it is', async (t) => {
+  // JSON can carry "\ud800" escaped; a UTF-8 store (MongoDB) or reader keeps U+FFFD instead, so the agent read back
+  // would not be the one created. The memory service refuses them in every text; names were refused already.
+  const refused: Array<[Record<string, unknown>, string, string]> = [
+    [{ bio: 'A curious mind \ud800' }, 'body.bio', 'U+D800 at UTF-16 offset 15'],
+    [{ personality_prompt: '\udfff You are Ava.' }, 'body.personality_prompt', 'U+DFFF at UTF-16 offset 0'],
+    [{ speech_patterns: ['indeed', 'well \ud83d'] }, 'body.speech_patterns.1', 'U+D83D at UTF-16 offset 5'],
+    [{ true_interests: ['\ude00'] }, 'body.true_interests.0', 'U+DE00 at UTF-16 offset 0'],
+    [{ true_dislikes: ['a', 'b', 'c\ud800d'] }, 'body.true_dislikes.2', 'U+D800 at UTF-16 offset 1'],
+  ];
+  for (const [over, location, value] of refused) {
+    const res = await create({ name: `Unpaired ${location}`, ...over });
+    t.equal(res.res.status, 400, location);
+    t.match(res.body, { type: 'https://cairn.dev/problems/validation', errors: [{ location, message: /well-formed Unicode/, value }] }, `${location}: named, with where it is`);
+    t.equal(res.res.headers.get('content-type'), 'application/problem+json');
+  }
+  const everyFieldOnce = await create({ name: 'Unpaired all', bio: '\ud800', personality_prompt: '\ud800', speech_patterns: ['\ud800'], true_interests: ['\ud800'], true_dislikes: ['\ud800'] });
+  t.strictSame((everyFieldOnce.body.errors as Array<{ location: string }>).map((e) => e.location),
+    ['body.bio', 'body.personality_prompt', 'body.speech_patterns.0', 'body.true_interests.0', 'body.true_dislikes.0'], 'every such field is listed');
+  const nothing = await app.events.readAll(0, { limit: 100_000, filter: { types: ['AgentCreated', 'AgentNameReserved'] } });
+  t.notOk(nothing.some((e) => String(e.data.name).startsWith('Unpaired ')), 'nothing was written for them');
+  // Surrogate pairs are astral characters, well-formed: kept as sent and read back so.
+  const paired = { bio: 'Stargazer 🌙', personality_prompt: 'You are 𝒜va.', speech_patterns: ['🎻'], true_interests: ['𝄞 music'], true_dislikes: ['😠'] };
+  const ok = await create({ name: 'Paired', ...paired });
+  t.equal(ok.res.status, 200);
+  t.match(ok.body, paired);
+  const got = await app.platform(`/agents/${ok.body.agent_id}`, { headers: { ...bearer(a.key), 'X-Min-Position': ok.position! } });
+  t.match(await got.json(), paired, 'and read back as sent');
+});
+
+t.test('GET /agents/{agentId}: an id with whitespace around it (a line read with its newline) is still an id, as a name is still a name', async (t) => {
+  const { body, position } = await create({ name: 'Padded lookups' });
+  t.equal(body.name, 'Padded lookups');
+  const headers = { ...bearer(a.key), 'X-Min-Position': position! };
+  for (const around of [[' ', ''], ['', '\n'], ['\t', '\r\n'], ['\u00a0', ' ']]) {
+    for (const key of [body.agent_id, body.agent_id.toUpperCase(), 'Padded lookups']) {
+      const res = await app.platform(`/agents/${encodeURIComponent(`${around[0]}${key}${around[1]}`)}`, { headers });
+      t.equal(res.status, 200, `${JSON.stringify(around[0] + key.slice(0, 8) + '…' + around[1])}`);
+      t.equal(((await res.json()) as { agent_id: string }).agent_id, body.agent_id);
+    }
+  }
+  const atLimit = await app.platform(`/agents/${'n'.repeat(512)}`, { headers });
+  t.equal(atLimit.status, 404, 'agentId of 512 characters (the longest a 128-character name can be sent as): looked up, not found');
+  const pastLimit = await app.platform(`/agents/${'n'.repeat(513)}`, { headers });
+  t.equal(pastLimit.status, 400, 'one past it: refused');
+  t.match(await pastLimit.json(), { type: 'https://cairn.dev/problems/validation', errors: [{ location: 'path.agentId', value: '513 characters' }] });
+  const other = await create({ name: 'Padded other' }, b.key);
+  const foreign = await app.platform(`/agents/${encodeURIComponent(` ${other.body.agent_id}\n`)}`, { headers: { ...headers, 'X-Min-Position': other.position! } });
+  t.equal(foreign.status, 404, 'another project\'s agent is still not found, however its id is padded');
 });
 
 t.test('Idempotency-Key', async (t) => {

@@ -119,3 +119,22 @@ t.test('canonicalLanguage: any case in, the canonical form out; invalid tags ref
   t.equal(canonicalLanguage(at35), at35, '35 characters');
   t.equal(canonicalLanguage(`${at35}e`), undefined, '36 characters');
 });
+
+t.test('the agent decider refuses a profile text with an unpaired surrogate (UTF-8 stores keep U+FFFD instead), and keeps surrogate pairs', async (t) => {
+  const profile = {
+    agent_id: 'a1', project_id: 'p1', name: 'Ava', bio: null, gender: null, avatar_url: null, big5: NEUTRAL_BIG5, language: 'en',
+    personality_prompt: null, speech_patterns: [], true_interests: [], true_dislikes: [],
+  };
+  const context = { now: 'n', actor: 'a', request_key: 'r', request_hash: 'h' };
+  const decide = (over: Record<string, unknown>) => () => agentDecider.decide({ type: 'CreateAgent', data: { ...profile, ...over } }, agentDecider.initialState(), context);
+  const refused: Array<[Record<string, unknown>, RegExp]> = [
+    [{ bio: 'a\ud800b' }, /^agent bio must be well-formed Unicode .*\(U\+D800 at UTF-16 offset 1\)$/],
+    [{ personality_prompt: '\udc00' }, /^agent personality_prompt must be well-formed Unicode .*\(U\+DC00 at UTF-16 offset 0\)$/],
+    [{ speech_patterns: ['fine', 'end \ud83d'] }, /^agent speech_patterns\[1\] must be well-formed/],
+    [{ true_interests: ['\ude00 start'] }, /^agent true_interests\[0\] must be well-formed/],
+    [{ true_dislikes: ['x', 'y', 'z\ud800'] }, /^agent true_dislikes\[2\] must be well-formed/],
+  ];
+  for (const [over, message] of refused) t.throws(decide(over), { name: 'DomainError', kind: 'invalid', message } as never, Object.keys(over)[0]);
+  const paired = { bio: 'a 🌙 b', personality_prompt: '🌙', speech_patterns: ['🌙'], true_interests: ['𝄞'], true_dislikes: ['\u{1F600}'] };
+  t.equal(decide(paired)().length, 1, 'surrogate pairs (astral characters) are well-formed');
+});

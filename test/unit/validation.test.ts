@@ -2,7 +2,7 @@ import t from 'tap';
 import Type from 'typebox';
 import { Settings } from 'typebox/system';
 import { ProblemError } from '../../api/http/problem.js';
-import { MAX_SCHEMA_ERRORS, Validator, type Location } from '../../api/http/validation.js';
+import { MAX_SCHEMA_ERRORS, nameErrors, Validator, type Location } from '../../api/http/validation.js';
 import { ScopeQuery, SearchBody, StoreMemoryBody } from '../../api/memory/schemas.js';
 import { CreateApiKeyBody } from '../../api/platform/keys/schemas.js';
 
@@ -91,4 +91,11 @@ t.test('a value over a length limit is given by its size, not echoed (a text may
   t.strictSame(errorsOf(StoreMemoryBody, { scope, text: huge }), [{ location: 'body.text', message: 'must be at most 8192 bytes (is 1200000)', value: '1200000 bytes' }]);
   t.strictSame(errorsOf(Type.Object({ bio: Type.String({ maxLength: 8000 }) }), { bio: huge }), [{ location: 'body.bio', message: 'must not have more than 8000 characters', value: '300000 characters' }]);
   t.strictSame(errorsOf(Type.Object({ tags: Type.Array(Type.String(), { maxItems: 2 }) }), { tags: ['a', 'b', 'c'] }), [{ location: 'body.tags', message: 'must not have more than 2 items', value: '3 items' }]);
+});
+
+t.test('a name over its limit is given by its size too, not echoed (agent, project and key names)', async (t) => {
+  t.strictSame(nameErrors('body.name', ` ${'n'.repeat(128)} `, 128), [], 'exactly at the limit after trimming');
+  t.strictSame(nameErrors('body.name', 'n'.repeat(129), 128),
+    [{ location: 'body.name', message: 'must not have more than 128 characters (after trimming and NFC normalisation)', value: '129 characters' }], 'one past it');
+  t.strictSame(nameErrors('body.name', '😀'.repeat(101), 100).map((e) => e.value), ['101 characters'], 'counted in characters, not UTF-16 units');
 });

@@ -4,7 +4,7 @@ import type { CommandResult } from '../../../commands/bus.js';
 import { uuidV5 as uuidv5 } from '../../../infra/ids.js';
 import { DomainError } from '../../../domain/shared/decider.js';
 import {
-  agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, type AgentEvent, type AgentProfile, type AgentState,
+  agentDecider, agentNameDecider, agentNameStream, agentStream, NEUTRAL_BIG5, PHRASE_LISTS, type AgentEvent, type AgentProfile, type AgentState,
 } from '../../../domain/agents/decider.js';
 import { canonicalLanguage } from '../../../domain/agents/language.js';
 import { agentNameForm, agentNameShapeProblem, MAX_AGENT_NAME } from '../../../domain/agents/names.js';
@@ -12,7 +12,7 @@ import { findAll } from '../../../infra/readstore/port.js';
 import type { AgentDoc } from '../../../projections/agents/projection.js';
 import { badRequest, notFound } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
-import { check, nameErrors } from '../../http/validation.js';
+import { check, nameErrors, wellFormed } from '../../http/validation.js';
 import { UUID_PATTERN } from '../../shared/schemas.js';
 import { requireProject, requireProjectForCommand, type PlatformDeps } from '../context.js';
 import { AgentParams, AgentView, CreateAgentBody, ListAgentsQuery } from './schemas.js';
@@ -37,11 +37,15 @@ export function agentView(a: Omit<AgentDoc, 'id' | 'updated_at'>): AgentView {
   };
 }
 
-/** Finds an agent of a project by UUID or by exact name, trimmed and NFC-normalised as on creation. */
+/**
+ * Finds an agent of a project by UUID or by exact name, both trimmed (and the name NFC-normalised) as on
+ * creation: no name looks like a UUID, so an id sent with a line break or spaces around it is still an id.
+ */
 export async function findAgent(deps: PlatformDeps, projectId: string, idOrName: string): Promise<AgentDoc> {
+  const key = agentNameForm(idOrName);
   let agent: AgentDoc | undefined;
-  if (UUID_PATTERN.test(idOrName)) agent = await deps.reads.get<AgentDoc>('agents', idOrName.toLowerCase());
-  else agent = (await deps.reads.find<AgentDoc>('agents', { where: { project_id: projectId, name: agentNameForm(idOrName) }, limit: 1 })).items[0];
+  if (UUID_PATTERN.test(key)) agent = await deps.reads.get<AgentDoc>('agents', key.toLowerCase());
+  else agent = (await deps.reads.find<AgentDoc>('agents', { where: { project_id: projectId, name: key }, limit: 1 })).items[0];
   if (!agent || agent.project_id !== projectId) throw notFound('agent not found');
   return agent;
 }
@@ -60,9 +64,9 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
     route({
       method: 'POST', path: '/agents', operationId: 'createAgent', tag: 'Agents', auth: ['key'], scope: 'agents:write',
       summary: 'Create an agent with an authored personality',
-      description: 'Big Five scores default to 0.5 each when `big5` is omitted. Names are unique within a project. With an Idempotency-Key a repeated request returns the same agent.',
+      description: 'Big Five scores default to 0.5 each when `big5` is omitted. Names are unique within a project (409 `conflict` naming the holder\'s `agent_id` otherwise). `project_id` defaults to the API key\'s project; any other project\'s id is 404. With an Idempotency-Key a repeated request returns the same agent with the same `X-Event-Position`.',
       body: CreateAgentBody,
-      responses: { 200: { description: 'the created agent', schema: AgentView } },
+      responses: { 200: { description: 'the created agent (repeated with its Idempotency-Key: the agent that request created)', schema: AgentView } },
       errors: [400, 401, 403, 404, 409, 422, 503],
       async handler({ body, principal, meta, signal }) {
         if (principal.kind !== 'key') throw new Error('unreachable');
@@ -78,6 +82,11 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
           ...nameErrors('body.name', body.name, MAX_AGENT_NAME),
           shape ? { location: 'body.name', message: shape, value: body.name } : undefined,
           language === undefined ? { location: 'body.language', message: 'must be a valid BCP 47 language tag with an ISO 639 language code (e.g. "en", "en-US", "zh-Hant-TW")', value: body.language } : undefined,
+          // The other texts too: a lone surrogate is stored as U+FFFD by UTF-8 stores (MongoDB) and readers, so
+          // the agent read back would not be the one created (the memory service refuses them in every text).
+          wellFormed('body.bio', body.bio),
+          wellFormed('body.personality_prompt', body.personality_prompt),
+          ...PHRASE_LISTS.flatMap((field) => (body[field] ?? []).map((phrase, i) => wellFormed(`body.${field}.${i}`, phrase))),
         );
         const agentId = uuidv5(`${projectId}/${meta.request_key}`, AGENT_ID_NAMESPACE);
         const profile: Omit<AgentProfile, 'owner'> = {
@@ -149,6 +158,7 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
     route({
       method: 'GET', path: '/agents/:agentId', operationId: 'getAgent', tag: 'Agents', auth: ['key'], scope: 'agents:read',
       summary: 'Get an agent by UUID or URL-encoded name, with personality, mood and profile',
+      description: '`agentId` is the agent\'s UUID (in any case) or its exact name, percent-encoded as UTF-8 (`+` is a plus sign, a space is `%20`); both are trimmed, and a name NFC-normalised, as on creation. Names are case-sensitive. An agent of another project is 404, by id as by name.',
       params: AgentParams, readModels: ['agents'],
       responses: { 200: { description: 'the agent', schema: AgentView } },
       errors: [400, 401, 403, 404, 503],

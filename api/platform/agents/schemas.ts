@@ -9,18 +9,19 @@ export const Big5 = Type.Object({
   openness: Score, conscientiousness: Score, extraversion: Score, agreeableness: Score, neuroticism: Score,
 }, { additionalProperties: false, description: 'all five scores, each 0.0-1.0' });
 
-const Phrases = Type.Array(Type.String({ minLength: 1, maxLength: 500 }), { maxItems: 100 });
+const Phrases = Type.Array(Type.String({ minLength: 1, maxLength: 500 }), { maxItems: 100, description: 'at most 100 phrases of 1-500 characters, well-formed Unicode' });
+const Gender = Type.Union([Type.Literal('male'), Type.Literal('female'), Type.Literal('non_binary')]);
 export const CreateAgentBody = Type.Object({
   name: Type.String({ minLength: 1, maxLength: rawNameLength(MAX_AGENT_NAME), description: `not empty or only whitespace; at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; no control characters, bidirectional controls, line separators, noncharacters or invisible (default-ignorable) characters, except zero-width joiners, variation selectors and tags where they shape a script or an emoji; must not look like a UUID nor be "." or ".."` }),
-  personality_prompt: Type.Optional(Type.String({ maxLength: 16000 })),
+  personality_prompt: Type.Optional(Type.String({ maxLength: 16000, description: 'custom system prompt, well-formed Unicode' })),
   big5: Type.Optional(Big5),
   speech_patterns: Type.Optional(Phrases),
   true_interests: Type.Optional(Phrases),
   true_dislikes: Type.Optional(Phrases),
   project_id: Type.Optional(Uuid),
   language: Type.Optional(Type.String({ pattern: LANGUAGE_PATTERN, maxLength: MAX_LANGUAGE_TAG, description: 'BCP 47 language tag whose language is an ISO 639 code, in any case (tags are case-insensitive): "en", "EN-us", "zh-hant-tw"; stored and returned in canonical form ("en-US", "zh-Hant-TW"); default "en"' })),
-  bio: Type.Optional(Type.String({ maxLength: 8000 })),
-  gender: Type.Optional(Type.Union([Type.Literal('male'), Type.Literal('female'), Type.Literal('non_binary')])),
+  bio: Type.Optional(Type.String({ maxLength: 8000, description: 'well-formed Unicode' })),
+  gender: Type.Optional(Gender),
   avatar_url: Type.Optional(Type.String({ format: 'uri', pattern: '^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@\\s]+(?:[/?#]|$)', maxLength: 2048 })),
 }, { additionalProperties: false });
 export type CreateAgentBody = Static<typeof CreateAgentBody>;
@@ -44,7 +45,7 @@ export const AgentView = Type.Object({
   name: Type.String(),
   project_id: Uuid,
   bio: Type.Union([Type.String(), Type.Null()]),
-  gender: Type.Union([Type.String(), Type.Null()]),
+  gender: Type.Union([Gender, Type.Null()]),
   avatar_url: Type.Union([Type.String(), Type.Null()]),
   big5: Big5,
   language: Type.String({ description: 'canonical BCP 47 tag' }),
@@ -60,7 +61,7 @@ export const AgentView = Type.Object({
   }),
   mood: Type.Object(Mood.properties, { description: 'baseline (all zero) until conversation turns are processed' }),
   profile: Type.Object({
-    bio: Type.Union([Type.String(), Type.Null()]), gender: Type.Union([Type.String(), Type.Null()]),
+    bio: Type.Union([Type.String(), Type.Null()]), gender: Type.Union([Gender, Type.Null()]),
     avatar_url: Type.Union([Type.String(), Type.Null()]), language: Type.String(),
   }),
 });
