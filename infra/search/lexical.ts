@@ -1,4 +1,4 @@
-import { indexTerms, tokenize } from './tokenize.js';
+import { indexTerms, queryTerms } from './tokenize.js';
 import { topK, type Hit } from './topk.js';
 
 /** Full-text index over the live memories of each scope. A search only ever touches its own scope. */
@@ -171,7 +171,7 @@ export class Bm25Index implements LexicalIndex {
     // A term repeated in the query weighs as often as it is repeated, as in Lucene (its BooleanQuery sums
     // duplicate clauses): a chat message that names a thing twice is about that thing.
     const counts = new Map<string, number>();
-    for (const term of tokenize(query)) counts.set(term, (counts.get(term) ?? 0) + 1);
+    for (const term of queryTerms(query)) counts.set(term, (counts.get(term) ?? 0) + 1);
     for (const [term, qtf] of counts) {
       const tid = index.termIds.get(term);
       if (tid === undefined) continue;

@@ -47,15 +47,52 @@ export function tokenize(text: string): string[] {
   return split(text);
 }
 
+/** A word of Latin letters (with their marks) and digits only: the words accent folding applies to. */
+const LATIN_WORD = /^[\p{Script=Latin}\p{M}\p{N}]+$/u;
+/** Not plain ASCII: a word that may have something to fold. */
+const NON_ASCII = /[^\0-\x7f]/;
+const MARKS = /\p{M}/gu;
+/** Latin letters that carry their mark in their shape (no decomposition), folded as Lucene's ASCIIFoldingFilter does. */
+const LATIN_LETTERS = /[øæœđłþðı]/g;
+const LATIN_FOLDED: Record<string, string> = { 'ø': 'o', 'æ': 'ae', 'œ': 'oe', 'đ': 'd', 'ł': 'l', 'þ': 'th', 'ð': 'd', 'ı': 'i' };
+
+/**
+ * A token of Latin script without its accents ("café" → "cafe", "Ørsted" → "orsted", "Łódź" → "lodz"), or undefined
+ * when it has none (or is of another script, whose marks can be letters' vowels: Devanagari, Arabic, Hebrew…).
+ * The lexical index holds a memory under both forms and a query asks for both, as Elasticsearch's asciifolding with
+ * preserve_original does: "cafe" finds "café", and "café" ranks a memory with "café" above one with "cafe".
+ */
+export function unaccented(token: string): string | undefined {
+  if (!NON_ASCII.test(token) || !LATIN_WORD.test(token)) return undefined;
+  const folded = token.normalize('NFD').replace(MARKS, '').replace(LATIN_LETTERS, (c) => LATIN_FOLDED[c]!).normalize('NFC');
+  return folded === token || folded === '' ? undefined : folded;
+}
+
+/** The tokens of a query, each followed by its unaccented form where it has one (see unaccented). */
+export function queryTerms(query: string): string[] {
+  const out: string[] = [];
+  for (const token of split(query)) {
+    out.push(token);
+    const folded = unaccented(token);
+    if (folded !== undefined) out.push(folded);
+  }
+  return out;
+}
+
 /**
  * What a document is indexed under: its tokens, then each character of its unspaced runs longer than one
- * character (a one-character query is that character, which the bigrams alone never match). `tokens`
- * counts the tokens only: the document's length for BM25 is the same as without the characters.
+ * character (a one-character query is that character, which the bigrams alone never match), then the
+ * unaccented forms of its Latin tokens (see unaccented). `tokens` counts the tokens only: the document's
+ * length for BM25 is the same as without the characters and the unaccented forms.
  */
 export function indexTerms(text: string): { terms: string[]; tokens: number } {
-  const characters: string[] = [];
-  const tokens = split(text, characters);
-  return { terms: tokens.concat(characters), tokens: tokens.length };
+  const extra: string[] = [];
+  const tokens = split(text, extra);
+  for (const token of tokens) {
+    const folded = unaccented(token);
+    if (folded !== undefined) extra.push(folded);
+  }
+  return { terms: tokens.concat(extra), tokens: tokens.length };
 }
 
 /** The tokens of `text`; the characters of its unspaced runs longer than one go to `characters`, if given. */

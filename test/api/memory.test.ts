@@ -137,6 +137,8 @@ t.test('search modes: lexical (default), semantic and hybrid', async (t) => {
   t.equal(semantic.body.results[0].id, runner, 'sub-word overlap (runners/runner) ranks first');
   t.ok(semantic.body.results[0].score > 2 * semantic.body.results[1].score, 'well ahead of texts sharing no word or stem');
   t.same(ids((await search(scope, 'runners', { mode: 'lexical' })).body.results), [], 'lexical needs the exact word');
+  const cafe = (await store(scope, 'Meet me at the Café Müller')).body.id;
+  t.same(ids((await search(scope, 'cafe muller', { mode: 'lexical' })).body.results), [cafe], 'lexical folds accents: "cafe muller" finds "Café Müller"');
   const scores = semantic.body.results.map((r: { score: number }) => r.score);
   t.same(scores, [...scores].sort((a, b) => b - a), 'best first');
 

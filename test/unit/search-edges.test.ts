@@ -1,6 +1,7 @@
 import t from 'tap';
 import { reciprocalRankFusion } from '../../infra/search/fusion.js';
 import { Bm25Index } from '../../infra/search/lexical.js';
+import { unaccented } from '../../infra/search/tokenize.js';
 import { BruteForceVectorIndex } from '../../infra/search/vector.js';
 
 t.test('reciprocal rank fusion: hits of equal score in a list share its rank, so the other list decides', async (t) => {
@@ -110,4 +111,27 @@ t.test('BM25: through many updates, removals and compactions, scores equal a dir
   }
   t.ok(worst < 1e-9, `largest score error ${worst}`);
   t.equal(index.size('s'), live.size);
+});
+
+t.test('accent folding: a Latin word is also indexed and asked for without its accents; other scripts keep their marks', async (t) => {
+  const folded: Array<[string, string]> = [['café', 'cafe'], ['naïve', 'naive'], ['résumé', 'resume'], ['ñandú', 'nandu'], ['tiếng', 'tieng'],
+    ['ørsted', 'orsted'], ['łódź', 'lodz'], ['æsir', 'aesir'], ['œuvre', 'oeuvre'], ['þing', 'thing'], ['e\u0301', 'e'], ['ıstanbul', 'istanbul'], ['2ème', '2eme']];
+  t.strictSame(folded.map(([word]) => unaccented(word)), folded.map(([, plain]) => plain));
+  // Nothing to fold, or marks that are part of the letters (vowel signs, points): kept as they are.
+  for (const word of ['cafe', 'hello', '42', 'हिन्दी', 'עִבְרִית', 'العَرَبِيَّة', 'ελληνικά', 'русский', '猫']) t.equal(unaccented(word), undefined, word);
+
+  const index = new Bm25Index();
+  index.upsert('s', 'accented', 'the café on the corner');
+  index.upsert('s', 'plain', 'the cafe by the river');
+  index.upsert('s', 'other', 'the tea by the river');
+  const ids = (query: string) => index.search('s', query, 10).map((h) => h.id);
+  t.strictSame(ids('cafe').sort(), ['accented', 'plain'], 'without accents: both');
+  t.strictSame(ids('café'), ['accented', 'plain'], 'with them: both, the memory written the same way first');
+  t.strictSame(ids('CAFÉ'), ['accented', 'plain'], 'in any case');
+  const [accented, plain] = index.search('s', 'café', 10);
+  t.equal(plain!.score, index.search('s', 'cafe', 10).find((h) => h.id === 'plain')!.score, 'the unaccented memory scores as for the plain query');
+  t.ok(accented!.score > plain!.score);
+  // The unaccented forms are extra terms, not words: a memory's length for BM25 stays its number of words.
+  const corner = index.search('s', 'the', 10);
+  t.equal(corner.find((h) => h.id === 'accented')!.score, corner.find((h) => h.id === 'other')!.score, 'equal lengths: "the café on the corner" and "the tea by the river" (5 words each)');
 });
