@@ -1,6 +1,6 @@
 import type Koa from 'koa';
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
+import { createRemoteJWKSet, errors, jwksCache, jwtVerify, type JWKSCacheInput, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
 import type { Config } from '../../infra/config.js';
 import type { Logger } from '../../infra/logger.js';
 import type { ReadStore } from '../../infra/readstore/port.js';
@@ -15,7 +15,10 @@ export interface KeyUse { key_id: string; project_id: string; correlation_id?: s
 
 const KEY_CACHE_LIMIT = 10_000;
 const NO_KEY_HASH = createHash('sha256').update('').digest();
-/** How far a session token's `iat` may lie ahead of this server's clock (the identity provider's clock may run a little fast). */
+/**
+ * How far a session token's `iat` and `nbf` may lie ahead of this server's clock (the identity provider's clock may run a
+ * little fast; providers such as Entra ID set `nbf` to `iat`, so a token used at once would otherwise be not yet valid).
+ */
 const IAT_SKEW_SECONDS = 60;
 
 /** How many keys of the set a token without `kid` is tried against (a provider rotating keys publishes two or three). */
@@ -46,6 +49,25 @@ class KeySetUnavailableError extends Error {
 }
 
 /**
+ * After a fetch of the JWKS, a token naming a key the set does not hold makes jose fetch it again only once this
+ * long has passed (its default, a bound on what tokens with made-up `kid`s can make us fetch).
+ */
+const JWKS_COOLDOWN_MS = 30_000;
+
+/**
+ * A token names a key (`kid`) the key set did not hold when it was last fetched, less than JWKS_COOLDOWN_MS ago, and
+ * it may not be fetched again yet. A provider that publishes a new key and signs with it at once (OpenID Connect
+ * Core §10.1.1: the verifier fetches the set again when it sees an unfamiliar `kid`) would otherwise have its valid
+ * sessions told they are invalid until the cooldown ends.
+ */
+class KeySetCoolingDownError extends Error {
+  override readonly name = 'KeySetCoolingDownError';
+  constructor(readonly retryAfterSeconds: number) {
+    super('the token names a key the JWKS did not hold when last fetched');
+  }
+}
+
+/**
  * Resolves the caller of a platform request. API keys (`sk_…`) are checked for shape and checksum
  * first, then looked up by SHA-256 hash and compared in constant time; sessions are JWTs verified
  * against AUTH_JWKS_URL or AUTH_JWT_SECRET (HS256). `alg: none` never verifies.
@@ -60,11 +82,20 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
   let keySource: Uint8Array | JWTVerifyGetKey | undefined;
   let algorithms: string[] = [];
   if (config.jwksUrl) {
-    const jwks = createRemoteJWKSet(new URL(config.jwksUrl));
+    // jose records in this object when it last fetched the set (`uat`), and keeps the set in it.
+    const fetched: { uat?: number } = {};
+    const jwks = createRemoteJWKSet(new URL(config.jwksUrl), { cooldownDuration: JWKS_COOLDOWN_MS, [jwksCache]: fetched as JWKSCacheInput });
     keySource = async (header, token) => {
+      const fetchedBefore = fetched.uat;
       try {
         return await jwks(header, token);
       } catch (error) {
+        // An unfamiliar kid, judged against a set fetched before this request and not fetched again for it (cooling
+        // down): the set may be too old to know the key, so the token cannot be judged now. One fetched for this
+        // request (or since it began) that lacks the key is a definite answer: 401 below.
+        if (error instanceof errors.JWKSNoMatchingKey && typeof header.kid === 'string' && fetched.uat !== undefined && fetched.uat === fetchedBefore && jwks.coolingDown) {
+          throw new KeySetCoolingDownError(Math.max(1, Math.ceil((fetched.uat + JWKS_COOLDOWN_MS - Date.now()) / 1000)));
+        }
         // The token names no key of the set, or an algorithm the set cannot verify: the token is at fault (401). Several
         // matching keys: each is tried (tryEachKey).
         if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys || error instanceof errors.JOSENotSupported) throw error;
@@ -80,23 +111,31 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
   async function session(token: string, log: Logger | undefined): Promise<Principal> {
     if (!keySource) throw new ProblemError(503, 'not-configured', 'dashboard sessions are not configured (set AUTH_JWKS_URL or AUTH_JWT_SECRET)');
     try {
-      const options = { algorithms, issuer: config.issuer, audience: config.audience, requiredClaims: ['sub', 'exp'] };
+      // jose's clockTolerance applies to `nbf` and `exp` alike: `exp` is checked again below without it.
+      const options = { algorithms, issuer: config.issuer, audience: config.audience, requiredClaims: ['sub', 'exp'], clockTolerance: IAT_SKEW_SECONDS };
       const { payload } = keySource instanceof Uint8Array
         ? await jwtVerify(token, keySource, options)
         : await jwtVerify(token, keySource, options).catch((error: unknown) => tryEachKey(token, error, options));
       const tenant = payload[config.tenantClaim];
       if (typeof payload.sub !== 'string' || payload.sub === '') throw new Error('no sub');
       const nowSeconds = Date.now() / 1000;
+      // An expired session is refused the moment it expires (as jose does without a tolerance: `exp` at or before now, in whole seconds).
+      if (payload.exp! <= Math.floor(nowSeconds)) throw new Error('expired');
       // jose checks `iat` only against a maximum age: a token issued in the future has not been issued yet.
       if (typeof payload.iat === 'number' && payload.iat > nowSeconds + IAT_SKEW_SECONDS) throw new Error('iat in the future');
       // A session lasts at most AUTH_SESSION_MAX_AGE: counted from `iat` when the token has one, and in any
       // case a token may not stay valid for longer than that from now (so leaving out `iat` does not help).
       if (typeof payload.iat === 'number' && nowSeconds - payload.iat > config.sessionMaxAgeSeconds) throw new Error('session too old');
       if (payload.exp! - nowSeconds > config.sessionMaxAgeSeconds + IAT_SKEW_SECONDS) throw new Error('session lifetime too long');
-      if (typeof tenant !== 'string' || tenant === '') throw unauthorized(`session token has no ${config.tenantClaim} claim`);
+      if (tenant === undefined) throw unauthorized(`session token has no ${config.tenantClaim} claim`);
+      // Present but not a tenant id (a number, as an identity provider's claim mapper may type it; an object; ""): said as it is.
+      if (typeof tenant !== 'string' || tenant === '') throw unauthorized(`session token's ${config.tenantClaim} claim must be a non-empty string, not ${tenant === '' ? 'empty' : tenant === null ? 'null' : Array.isArray(tenant) ? 'an array' : typeof tenant === 'object' ? 'an object' : `a ${typeof tenant}`}`);
       return { kind: 'session', user_id: payload.sub, tenant_id: tenant };
     } catch (error) {
       if (error instanceof Error && error.name === 'ProblemError') throw error;
+      if (error instanceof KeySetCoolingDownError) {
+        throw new ProblemError(503, 'identity-provider-unavailable', `session tokens signed with this key cannot be verified yet: the key (kid) it names was not in the identity provider's key set when that was fetched, less than ${JWKS_COOLDOWN_MS / 1000} s ago; the set is fetched again after Retry-After`, { headers: { 'Retry-After': String(error.retryAfterSeconds) } });
+      }
       if (error instanceof KeySetUnavailableError) {
         log?.warn({ err: error.cause, jwks_url: config.jwksUrl }, 'could not fetch the identity provider\'s keys');
         // A valid session is not to be told it is invalid: retry once the identity provider answers.

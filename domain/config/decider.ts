@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { DomainError, isRepeatable, type Decider, type DomainEvent } from '../shared/decider.js';
+import { unpairedSurrogate } from '../shared/text.js';
 
 export const configStream = (projectId: string) => `config-${projectId}`;
 
@@ -43,6 +44,52 @@ function requireValid(command: ConfigCommand): void {
   if (command.type === 'SetConfigValue' && ['undefined', 'function', 'symbol', 'bigint'].includes(typeof command.data.value)) {
     throw new DomainError('invalid', 'config value must be a JSON value');
   }
+  const unstorable = command.type === 'SetConfigValue' ? unstorableAt(command.data.value) : undefined;
+  if (unstorable !== undefined) throw new DomainError('invalid', `config value holds ${UNSTORABLE[unstorable.kind]} (at ${['value', ...unstorable.path].join('.')})`);
+}
+
+/** What unstorableAt finds. */
+export type Unstorable = { path: Array<string | number>; kind: 'number' | 'text' | 'key' };
+const UNSTORABLE: Record<Unstorable['kind'], string> = {
+  number: 'a number too large for a 64-bit float', text: 'a string that is not well-formed Unicode (an unpaired surrogate)', key: 'a key that is not well-formed Unicode (an unpaired surrogate)',
+};
+const wellFormed = (text: string): boolean => unpairedSurrogate(text) === undefined;
+/** A number JSON cannot hold, or a string that is not well-formed Unicode. */
+const unstorable = (value: unknown): boolean => (typeof value === 'number' ? !Number.isFinite(value) : typeof value === 'string' && !wellFormed(value));
+
+/**
+ * Where a value holds what cannot be stored as it is, and why, or undefined: a number that is not finite (JSON.parse
+ * reads `1e400` as Infinity, which has no JSON text and would silently become `null`), or a string or an object's key
+ * with an unpaired surrogate (`"\ud800"`, which JSON can carry escaped and UTF-8 stores such as MongoDB keep as U+FFFD,
+ * so that two such keys can become one). The path's segments: [] for the value itself. A first walk only looks (values
+ * reach 1 MiB, and this runs on every PUT); the path is built once something is found.
+ */
+export function unstorableAt(value: unknown): Unstorable | undefined {
+  const stack: unknown[] = [value];
+  let found = false;
+  while (stack.length > 0 && !found) {
+    const current = stack.pop();
+    if (current === null || typeof current !== 'object') found = unstorable(current);
+    // A loop, not push(...children): an array of a few hundred thousand numbers fits in 1 MiB, and that many arguments overflow the stack.
+    else if (Array.isArray(current)) for (const child of current) stack.push(child);
+    else for (const [key, child] of Object.entries(current)) {
+      if (!wellFormed(key)) found = true;
+      stack.push(child);
+    }
+  }
+  return found ? pathToUnstorable(value, []) : undefined;
+}
+
+function pathToUnstorable(value: unknown, path: Array<string | number>): Unstorable | undefined {
+  if (typeof value === 'number' && !Number.isFinite(value)) return { path, kind: 'number' };
+  if (typeof value === 'string' && !wellFormed(value)) return { path, kind: 'text' };
+  if (value === null || typeof value !== 'object') return undefined;
+  for (const [name, child] of Array.isArray(value) ? value.entries() : Object.entries(value)) {
+    if (typeof name === 'string' && !wellFormed(name)) return { path: [...path, name], kind: 'key' };
+    const found = pathToUnstorable(child, [...path, name]);
+    if (found) return found;
+  }
+  return undefined;
 }
 
 const notFound = (key: string) => new DomainError('not_found', `config key ${key} not found`);
@@ -65,6 +112,8 @@ function rememberRequest(state: ConfigState, requestKey: string, change: Remembe
 
 export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
   initialState: () => ({ values: new Map(), changedBy: new Map(), requests: new Map() }),
+  /** Its keys and remembered requests, for the command bus's cache (see Decider.size). */
+  size: (state) => 1 + state.values.size + state.requests.size,
   decide(command, state, ctx): ConfigEvent[] {
     requireValid(command);
     const { key } = command.data;

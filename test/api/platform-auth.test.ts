@@ -65,6 +65,33 @@ t.test('sessions: only valid, signed, unexpired tokens with a tenant', async (t)
   t.equal(missing.headers.get('content-type'), 'application/problem+json');
 });
 
+t.test('nbf gets the 60 s allowance for a fast identity-provider clock that iat gets; exp gets none', async (t) => {
+  const secret = new TextEncoder().encode('test-secret-for-hs256-at-least-32-bytes!');
+  const list = async (token: string) => (await app.platform('/projects', { headers: bearer(token) })).status;
+  const inSeconds = (s: number) => Math.floor(Date.now() / 1000) + s;
+  // Providers such as Entra ID set nbf to iat: a token used at once, from a provider whose clock runs ahead.
+  const issuedAhead = (s: number) => new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
+    .setIssuedAt(inSeconds(s)).setNotBefore(inSeconds(s)).setExpirationTime(inSeconds(s + 600)).sign(secret);
+  t.equal(await list(await issuedAhead(5)), 200, 'nbf = iat, 5 s ahead');
+  // 2 s either side of the edge for the time the request takes.
+  t.equal(await list(await issuedAhead(58)), 200, 'nbf = iat, just under 60 s ahead');
+  t.equal(await list(await issuedAhead(62)), 401, 'nbf = iat, just over 60 s ahead');
+  const expiredAgo = (s: number) => new SignJWT({ tenant_id: 'tenant-a' }).setProtectedHeader({ alg: 'HS256' }).setSubject('u')
+    .setIssuedAt(inSeconds(-600)).setExpirationTime(inSeconds(-s)).sign(secret);
+  t.equal(await list(await expiredAgo(2)), 401, 'expired 2 s ago: no allowance');
+  t.equal(await list(await expiredAgo(30)), 401, 'expired 30 s ago');
+});
+
+t.test('a tenant claim that is present but not a string is refused as such, not as missing', async (t) => {
+  const secret = new TextEncoder().encode('test-secret-for-hs256-at-least-32-bytes!');
+  for (const [tenant, said] of [[42, 'a number'], [['t1'], 'an array'], [{ id: 't1' }, 'an object'], [true, 'a boolean'], ['', 'empty'], [null, 'null']] as const) {
+    const token = await new SignJWT({ tenant_id: tenant } as Record<string, unknown>).setProtectedHeader({ alg: 'HS256' }).setSubject('u').setExpirationTime('5m').sign(secret);
+    const res = await app.platform('/projects', { headers: bearer(token) });
+    t.equal(res.status, 401, JSON.stringify(tenant));
+    t.match(await res.json(), { type: 'https://cairn.dev/problems/unauthorized', detail: `session token's tenant_id claim must be a non-empty string, not ${said}` });
+  }
+});
+
 t.test('API keys: shape, shown once, stored as a hash, scoped, revocable, expiring', async (t) => {
   const { projectId, key, keyId, session } = await projectWithKey(app, 'tenant-keys');
   t.match(key, KEY_SHAPE);

@@ -1,6 +1,8 @@
 import { request } from 'node:http';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
+import { configDecider } from '../../domain/config/decider.js';
+import { DomainError } from '../../domain/shared/decider.js';
 import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
 
 const app = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '300' });
@@ -198,4 +200,64 @@ t.test('Idempotency-Key: a repeated PUT or DELETE answers with the first one\'s 
   const delAgain = await call('DELETE', 'back', 'delete-idem-0003');
   t.equal(delAgain.status, 204);
   t.equal(delAgain.headers.get('x-event-position'), del.headers.get('x-event-position'));
+});
+
+t.test('a number beyond a 64-bit float (JSON.parse reads it as Infinity) is a 400 naming where, not a value stored as null', async (t) => {
+  const raw = (k: string, body: string) => app.platform(path(k), { method: 'PUT', headers: { ...auth, 'Content-Type': 'application/json' }, body });
+  for (const [k, body, location] of [
+    ['huge', '1e400', 'body'],
+    ['huge-negative', '-1e999', 'body'],
+    ['huge-nested', '{"limits": {"max": [1, 2, 1e309]}, "ok": 1}', 'body.limits.max.2'],
+    ['huge-in-array', '[{"a": 0}, {"b": -2e308}]', 'body.1.b'],
+  ] as const) {
+    const res = await raw(k, body);
+    t.equal(res.status, 400, body);
+    t.equal(res.headers.get('content-type'), 'application/problem+json');
+    t.match(await res.json(), { type: 'https://cairn.dev/problems/validation', errors: [{ location, message: /64-bit float/ }] }, `names ${location}`);
+  }
+  // The largest double and the smallest subnormal are numbers like any other (1e-400 underflows to 0, as a double does).
+  const edge = { max: 1.7976931348623157e308, min: -1.7976931348623157e308, tiny: 5e-324 };
+  const ok = await put('huge', edge);
+  t.equal(ok.res.status, 200, 'the largest finite doubles are stored');
+  const read = await app.platform(path('huge'), { headers: { ...auth, 'X-Min-Position': ok.position! } });
+  t.strictSame(await read.json(), edge, 'and read back as sent');
+  for (const k of ['huge-negative', 'huge-nested', 'huge-in-array']) {
+    t.equal((await app.platform(path(k), { headers: { ...auth, 'X-Min-Position': ok.position! } })).status, 404, `${k}: nothing was stored`);
+  }
+});
+
+t.test('a lone surrogate in a string or a key of the value is a 400 naming where (MongoDB would store U+FFFD, and two such keys as one)', async (t) => {
+  const raw = (k: string, body: string) => app.platform(path(k), { method: 'PUT', headers: { ...auth, 'Content-Type': 'application/json' }, body });
+  for (const [k, body, location, message] of [
+    ['lone', '"a\\ud800"', 'body', /well-formed Unicode \(no unpaired/],
+    ['lone-nested', '{"names": ["ok", "\\udc00x"]}', 'body.names.1', /well-formed Unicode \(no unpaired/],
+    ['lone-key', '{"a": {"\\ud800": 1, "\\udc00": 2}}', 'body.a.\ud800', /well-formed Unicode key/],
+  ] as const) {
+    const res = await raw(k, body);
+    t.equal(res.status, 400, body);
+    t.match(await res.json(), { type: 'https://cairn.dev/problems/validation', errors: [{ location, message }] }, `names ${JSON.stringify(location)}`);
+  }
+  const paired = { emoji: '🌙', ['𝄞']: 'clef' };
+  const ok = await put('paired', paired);
+  t.equal(ok.res.status, 200, 'surrogate pairs (astral characters) are well-formed');
+  for (const k of ['lone', 'lone-nested', 'lone-key']) {
+    t.equal((await app.platform(path(k), { headers: { ...auth, 'X-Min-Position': ok.position! } })).status, 404, `${k}: nothing was stored`);
+  }
+  t.throws(() => configDecider.decide({ type: 'SetConfigValue', data: { project_id: 'p1', key: 'k', value: { list: ['\ud800'] } } }, configDecider.initialState(),
+    { now: '2030-01-01T00:00:00.000Z', actor: 'test', request_key: 'r1', request_hash: 'h1' }), { kind: 'invalid', message: /not well-formed Unicode \(an unpaired surrogate\) \(at value\.list\.0\)/ } as never, 'the decider refuses it too');
+});
+
+t.test('the config decider refuses a value that has no JSON text, whoever sends the command', async (t) => {
+  const ctx = { now: '2030-01-01T00:00:00.000Z', actor: 'test', request_key: 'r1', request_hash: 'h1' };
+  for (const value of [Infinity, { a: [1, -Infinity] }, [NaN]]) {
+    let refusal: unknown;
+    try {
+      configDecider.decide({ type: 'SetConfigValue', data: { project_id: 'p1', key: 'k', value } }, configDecider.initialState(), ctx);
+    } catch (error) {
+      refusal = error;
+    }
+    t.ok(refusal instanceof DomainError, 'a domain refusal');
+    t.match(refusal, { kind: 'invalid', message: /64-bit float/ }, String(value));
+  }
+  t.equal(configDecider.decide({ type: 'SetConfigValue', data: { project_id: 'p1', key: 'k', value: { a: [Number.MAX_VALUE] } } }, configDecider.initialState(), ctx).length, 1, 'the largest double is a value');
 });

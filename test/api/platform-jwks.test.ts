@@ -69,7 +69,11 @@ t.test('an identity provider that cannot be reached is a 503, not a 401 for a va
   answer = 'keys';
   t.equal((await list()).status, 200, 'and the same token works once the provider answers');
   const unknownKid = await new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256', kid: 'k2' }).setIssuer('https://idp.example').setAudience('cairn').setSubject('user-7').setExpirationTime('5m').sign(privateKey);
-  t.equal((await app.platform('/projects', { headers: bearer(unknownKid) })).status, 401, 'a key the provider does not publish is the token\'s fault: 401');
+  // The set was fetched just now: it may be too old to hold a key published since (see the rotation test below).
+  t.equal((await app.platform('/projects', { headers: bearer(unknownKid) })).status, 503, 'a key the set did not hold when fetched a moment ago: not judged yet');
+  await afterCooldown(async () => {
+    t.equal((await app.platform('/projects', { headers: bearer(unknownKid) })).status, 401, 'a key the provider does not publish, the set fetched again for it: the token\'s fault, 401');
+  });
 
   const unreachable = await startTestCairn({ AUTH_JWKS_URL: 'http://127.0.0.1:1/jwks', ...issued });
   t.teardown(() => unreachable.stop());
@@ -111,6 +115,57 @@ t.test('a token without kid is tried against at most 8 keys of the set, in the s
   t.equal(await status(pairs[7]!.privateKey as CryptoKey), 200, 'signed by the 8th key: found');
   t.equal(await status(pairs[8]!.privateKey as CryptoKey), 401, 'signed by the 9th: not tried');
 });
+
+t.test('an identity provider that publishes a new key and signs with it at once: its sessions are not told they are invalid', async (t) => {
+  const [first, second] = await Promise.all([generateKeyPair('RS256'), generateKeyPair('RS256')]);
+  const published = [{ ...(await exportJWK(first.publicKey)), kid: 'k1', alg: 'RS256', use: 'sig' }];
+  let fetched = 0;
+  const idp = createServer((req, res) => {
+    fetched++;
+    res.setHeader('Content-Type', 'application/json');
+    res.end(JSON.stringify({ keys: published }));
+  });
+  await new Promise<void>((r) => idp.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise((r) => idp.close(r)));
+  const app = await startTestCairn({ AUTH_JWKS_URL: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks`, AUTH_ISSUER: 'https://idp.example', AUTH_AUDIENCE: 'cairn' });
+  t.teardown(() => app.stop());
+  const sign = (key: CryptoKey, kid: string) => new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256', kid }).setSubject('user-7')
+    .setIssuer('https://idp.example').setAudience('cairn').setIssuedAt().setExpirationTime('5m').sign(key);
+  const list = async (token: string) => app.platform('/projects', { headers: bearer(token) });
+
+  t.equal((await list(await sign(first.privateKey as CryptoKey, 'k1'))).status, 200, 'signed with the first key');
+  t.equal(fetched, 1);
+  // The provider rotates: it publishes a second key and signs with it from now on (OpenID Connect Core §10.1.1).
+  published.push({ ...(await exportJWK(second.publicKey)), kid: 'k2', alg: 'RS256', use: 'sig' });
+  const rotated = await sign(second.privateKey as CryptoKey, 'k2');
+  const early = await list(rotated);
+  t.equal(early.status, 503, 'the set was fetched too recently to be fetched again: retry, not a 401 that signs the user out');
+  t.equal(early.headers.get('content-type'), 'application/problem+json');
+  t.match(await early.json(), { type: 'https://cairn.dev/problems/identity-provider-unavailable', detail: /kid/ });
+  const retryAfter = Number(early.headers.get('retry-after'));
+  t.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 30, `Retry-After until the set may be fetched again (${retryAfter} s)`);
+  t.equal(fetched, 1, 'no fetch per unfamiliar kid: the cooldown still bounds what made-up kids can make us fetch');
+  await afterCooldown(async () => {
+    t.equal((await list(rotated)).status, 200, 'after Retry-After the set is fetched again and the new key verifies the session');
+    t.equal(fetched, 2);
+  });
+  t.equal((await list(await sign(first.privateKey as CryptoKey, 'k1'))).status, 200, 'the first key too, while published');
+});
+
+/**
+ * Runs `fn` with the clock (Date.now, which jose's JWKS cache reads) moved past the 30 s after which a set may be
+ * fetched again for an unfamiliar kid, instead of waiting 30 s. Token times are read from `new Date()`, which is not moved.
+ */
+async function afterCooldown(fn: () => Promise<void>) {
+  const realNow = Date.now;
+  const shift = 31_000;
+  Date.now = () => realNow() + shift;
+  try {
+    await fn();
+  } finally {
+    Date.now = realNow;
+  }
+}
 
 /** A server whose sessions are verified against a local identity provider serving `keys` as its JWKS. */
 async function appWithKeySet(t: Test, keys: unknown[]) {

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { CommandBus, type RequestMeta } from '../../commands/bus.js';
 import type { Decider, DomainEvent } from '../../domain/shared/decider.js';
+import { configDecider, configStream } from '../../domain/config/decider.js';
 import { memoryDecider, memoryStream } from '../../domain/memory/decider.js';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { tempDir } from '../support/temp.js';
@@ -86,4 +87,12 @@ t.test('a memory scope weighs its live memories, also when its state is read aga
   const { state } = await bus.state(stream, memoryDecider, meta());
   t.equal(state.memories.size, 31, 'the other node\'s memory read into the state');
   t.strictSame(bus.cacheStats, { entries: 1, weight: 32 }, 'weighed as it was read again');
+});
+
+t.test('a project\'s configuration weighs its keys', async (t) => {
+  const store = new EmbeddedEventStore(join(tempDir(t, 'cairn-bus-cache-'), 'events.db'));
+  t.teardown(() => store.close());
+  const bus = new CommandBus(store);
+  for (let i = 0; i < 12; i++) await bus.handle(configStream('p'), configDecider, { type: 'SetConfigValue', data: { project_id: 'p', key: `k${i}`, value: i } }, meta());
+  t.strictSame(bus.cacheStats, { entries: 1, weight: 13 }, 'twelve keys and the project');
 });

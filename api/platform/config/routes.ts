@@ -1,11 +1,19 @@
-import { configDecider, configStream } from '../../../domain/config/decider.js';
+import { configDecider, configStream, unstorableAt, type Unstorable } from '../../../domain/config/decider.js';
 import { findAll } from '../../../infra/readstore/port.js';
 import { configDocId, type ConfigValueDoc } from '../../../projections/config/projection.js';
 import { notFound } from '../../http/problem.js';
 import { route, type RouteDef } from '../../http/routes.js';
+import { check } from '../../http/validation.js';
 import { Success } from '../../shared/schemas.js';
 import { requireProject, requireProjectForCommand, type PlatformDeps } from '../context.js';
 import { ConfigKeyParams, ConfigMap, ConfigParams, ConfigValue } from './schemas.js';
+
+/** What the API says of a value the decider would refuse (unstorableAt). */
+const UNSTORABLE_MESSAGES: Record<Unstorable['kind'], string> = {
+  number: 'must be a number a 64-bit float can hold: this one is too large (it would be stored as null)',
+  text: 'must be well-formed Unicode (no unpaired surrogates)',
+  key: 'must be a well-formed Unicode key (no unpaired surrogates)',
+};
 
 export function configRoutes(deps: PlatformDeps): RouteDef[] {
   return [
@@ -40,11 +48,15 @@ export function configRoutes(deps: PlatformDeps): RouteDef[] {
     }),
     route({
       method: 'PUT', path: '/projects/:projectId/config/:key', operationId: 'setProjectConfigValue', tag: 'Project configuration',
-      auth: ['key'], scope: 'config:write', summary: 'Set a configuration value (any JSON value, up to 1 MiB, nested at most 64 levels deep)',
+      auth: ['key'], scope: 'config:write', summary: 'Set a configuration value (any JSON value, up to 1 MiB, nested at most 64 levels deep, numbers within the range of a 64-bit float)',
       params: ConfigKeyParams, body: ConfigValue,
       responses: { 200: { description: 'stored', schema: Success } },
       errors: [400, 401, 403, 404],
       async handler({ params, body, principal, meta }) {
+        // JSON.parse reads a number beyond a 64-bit float (1e400) as Infinity, which would be stored as null; an escaped
+        // lone surrogate ("\ud800") would be stored as U+FFFD by a UTF-8 store (MongoDB).
+        const unstorable = unstorableAt(body);
+        check(unstorable === undefined ? undefined : { location: ['body', ...unstorable.path].join('.'), message: UNSTORABLE_MESSAGES[unstorable.kind] });
         await requireProjectForCommand(deps, principal, params.projectId);
         const result = await deps.bus.handle(configStream(params.projectId), configDecider,
           { type: 'SetConfigValue', data: { project_id: params.projectId, key: params.key, value: body } }, meta);
