@@ -228,6 +228,13 @@ export type SinkNote =
 
 /** How long after an unexpected exit of the projection thread a new one is started. */
 const RESTART_DELAY_MS = 1000;
+/**
+ * How long a stopping projection thread is given (its runners commit the batch being applied and store their
+ * checkpoints, then it closes its stores) before it is terminated: a batch waiting on a model provider that does not
+ * answer (up to LLM_TIMEOUT_MS), or an event loop held, must not hold the server's stop. Terminated, the thread
+ * leaves what it had not committed to the next start, as after a crash (each checkpoint commits with its documents).
+ */
+export const THREAD_STOP_TIMEOUT_MS = 5000;
 
 class ThreadHost implements ProjectionHost {
   readonly mode = 'thread' as const;
@@ -381,11 +388,20 @@ class ThreadHost implements ProjectionHost {
     this.stopping = true;
     const worker = this.worker;
     if (worker) {
-      await new Promise<void>((resolve) => {
-        worker.on('message', (report: HostReport) => { if (report.stopped) resolve(); });
-        worker.once('exit', () => resolve());
+      const stopped = await new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => resolve(false), THREAD_STOP_TIMEOUT_MS);
+        const done = () => {
+          clearTimeout(timer);
+          resolve(true);
+        };
+        worker.on('message', (report: HostReport) => { if (report.stopped) done(); });
+        worker.once('exit', done);
         worker.postMessage('stop');
       });
+      if (!stopped) {
+        this.options.log.warn({ timeout_ms: THREAD_STOP_TIMEOUT_MS },
+          'the projection thread did not stop in time (a batch waiting on a model provider, or its event loop held): terminating it; what it had not committed is applied at the next start');
+      }
       await worker.terminate();
       this.worker = undefined;
     }

@@ -15,9 +15,11 @@ export interface Projection {
    * Optional I/O done before the batch's unit of work opens (e.g. computing embeddings), so the
    * store's transaction never waits on the network. Its result is handed to `apply` via `prepared`.
    * `log` is the event store the batch comes from, for a look at what follows it. `reads` (given by the live
-   * runner, not by a rebuild) has the live documents, for reusing what earlier batches computed.
+   * runner, not by a rebuild) has the live documents, for reusing what earlier batches computed. `signal` aborts when
+   * the runner stops or pauses, or the rebuild is stopped: a provider call given it ends then (nothing of the batch
+   * is written; it is prepared again when the runner next starts), instead of holding the stop until it answers.
    */
-  prepare?(events: RecordedEvent[], log: Pick<EventStore, 'readStream' | 'headPosition'>, reads?: Pick<ReadStore, 'find'>): Promise<void>;
+  prepare?(events: RecordedEvent[], log: Pick<EventStore, 'readStream' | 'headPosition'>, reads?: Pick<ReadStore, 'find'>, signal?: AbortSignal): Promise<void>;
   /** Called after a batch commits, for in-process indexes kept beside the documents. */
   afterCommit?(events: RecordedEvent[], generation: number): void;
   /** Called when the projection's documents were swapped (rebuild) or must be reloaded. */

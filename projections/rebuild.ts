@@ -77,7 +77,7 @@ async function rebuildFrom(
     }
     const last = batch[batch.length - 1]!.position;
     const relevant = batch.filter((e) => projection.canHandle.includes(e.type));
-    if (relevant.length > 0) await projection.prepare?.(relevant, events);
+    if (relevant.length > 0) await projection.prepare?.(relevant, events, undefined, signal);
     const ok = await reads.applyBatch(name, { position, generation }, last, async (writer) => {
       for (const event of relevant) await projection.apply(event, writer);
     }, { rebuild: true });

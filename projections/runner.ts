@@ -113,6 +113,11 @@ export class ProjectionRunner {
   private retries = 0;
   /** Pauses and resumes, one after another in the order asked for. */
   private control: Promise<unknown> = Promise.resolve();
+  /** The last record of the failure state beside the checkpoint failed: it is written again (see recordFailure). */
+  private unrecorded = false;
+  private recordAgain: NodeJS.Timeout | undefined;
+  /** From stop() to the next start(): a failed record is not tried again later (the store is about to close). */
+  private stopping = false;
 
   constructor(
     readonly projection: Projection,
@@ -135,6 +140,7 @@ export class ProjectionRunner {
   get currentPosition(): number { return this.position; }
 
   async start(): Promise<void> {
+    this.stopping = false;
     await this.store.register(this.projection.name, this.projection.collections);
     await this.reload();
     this.started = true;
@@ -203,7 +209,12 @@ export class ProjectionRunner {
         await this.follow();
         if (this.moved && !this.abort.signal.aborted) await this.reload();
       } catch (error) {
-        if (this.abort.signal.aborted) return;
+        if (this.abort.signal.aborted) {
+          // Stopped or paused during a batch (its prepare ended by the signal): nothing of it was written, and it is no failure.
+          this.applying = undefined;
+          this.failedEvent = undefined;
+          return;
+        }
         const event = this.failedEvent;
         this.fail(error);
         const { message, count } = this.failing!.failure;
@@ -221,8 +232,9 @@ export class ProjectionRunner {
         }
         await this.backOff(wait);
         if (this.abort.signal.aborted) return;
-        // Only a failure after a commit (in afterCommit) can have left in-process state past the checkpoint.
-        await this.reload({ reset: this.afterCommitFailed }).catch(() => undefined);
+        // Only a failure after a commit (in afterCommit) can have left in-process state past the checkpoint; once reset,
+        // it is in line again, and later failures before a commit (a provider down for a while) reset nothing.
+        await this.reload({ reset: this.afterCommitFailed }).then(() => { this.afterCommitFailed = false; }, () => undefined);
         this.armRecovery();
       }
     }
@@ -314,7 +326,7 @@ export class ProjectionRunner {
     }
     this.applying = relevant[0]!.position;
     this.failedEvent = undefined;
-    await this.projection.prepare?.(relevant, this.events, this.store);
+    await this.projection.prepare?.(relevant, this.events, this.store, this.abort.signal);
     const ok = await this.commit(last, async (writer) => {
       for (const event of relevant) {
         try {
@@ -380,8 +392,28 @@ export class ProjectionRunner {
   /** Tells the host, and records it beside the checkpoint (queued with the commits) for other processes. */
   private reportFailure(failure: ProjectionFailure | null): void {
     this.progress.emit('failure', failure);
-    this.writes = this.writes.then(() => this.store.recordFailure(this.name, failure))
-      .catch((error) => this.log?.warn({ err: error, projection: this.name }, 'could not record the projection\'s failure'));
+    this.recordFailure();
+  }
+
+  /**
+   * Records the failure state beside the checkpoint as it is when the write's turn comes. A write that fails (the read
+   * store busy or unreachable for a moment) is tried again a second later, until one succeeds: `ops projections
+   * status` would otherwise show a failure that is over, or none for one going on, until the state changed again.
+   */
+  private recordFailure(): void {
+    clearTimeout(this.recordAgain);
+    this.recordAgain = undefined;
+    this.writes = this.writes.then(() => this.store.recordFailure(this.name, this.failing?.failure ?? null)).then(
+      () => { this.unrecorded = false; },
+      (error: unknown) => {
+        if (!this.unrecorded) this.log?.warn({ err: error, projection: this.name }, 'could not record the projection\'s failure state beside its checkpoint; trying again');
+        this.unrecorded = true;
+        if (this.stopping || this.recordAgain) return;
+        // A second later, whatever the wait before the batch's next attempt (up to a minute).
+        this.recordAgain = setTimeout(() => this.recordFailure(), RETRY_DELAY_MS);
+        this.recordAgain.unref();
+      },
+    );
   }
 
   /** For a failure outside a batch: over once the subscription has waited for events, holding none, for RECOVERED_AFTER_MS. */
@@ -451,7 +483,8 @@ export class ProjectionRunner {
 
   /**
    * Stops applying events until resume() (see ProjectionHost.pause): a batch being applied is committed first,
-   * and the checkpoint stored. Pausing a paused runner does nothing.
+   * and the checkpoint stored (one still in its prepare, waiting on a provider that takes the signal, is dropped and
+   * prepared again on resume). Pausing a paused runner does nothing.
    */
   pause(): Promise<void> {
     return this.serially(async () => {
@@ -478,9 +511,17 @@ export class ProjectionRunner {
     return run;
   }
 
-  /** A batch being applied is committed first, and the checkpoint stored; after any pause or resume asked for before. */
+  /**
+   * A batch being applied is committed first (one still in its prepare is dropped, as by pause), and the checkpoint
+   * stored (with the failure state, if its last record failed: one more try); after any pause or resume asked for before.
+   */
   stop(): Promise<void> {
-    return this.serially(() => this.halt());
+    return this.serially(async () => {
+      this.stopping = true;
+      await this.halt();
+      clearTimeout(this.recordAgain);
+      this.recordAgain = undefined;
+    });
   }
 
   private async halt(): Promise<void> {
@@ -490,6 +531,7 @@ export class ProjectionRunner {
     clearTimeout(this.persistTimer);
     this.persistTimer = undefined;
     await this.persist();
+    if (this.unrecorded) this.recordFailure();
     await this.writes;
     this.abort = new AbortController();
   }

@@ -187,10 +187,10 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
   const prepared = new Map<string, Float32Array | null | 'superseded'>();
   const lookahead = new Lookahead();
 
-  async function embedEach(events: Texted[]): Promise<void> {
+  async function embedEach(events: Texted[], signal?: AbortSignal): Promise<void> {
     for (const e of events) {
       try {
-        prepared.set(e.id, (await embedder.embed([e.data.text]))[0]!);
+        prepared.set(e.id, (await embedder.embed([e.data.text], signal))[0]!);
       } catch (error) {
         if (!isPermanentRefusal(error)) throw error;
         const { status, body } = error;
@@ -225,7 +225,7 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
     name: VECTORS_PROJECTION,
     collections: [{ name: VECTORS, indexes: [['agent', 'user']] }],
     canHandle: ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'ScopeDeleted'],
-    async prepare(events, log, reads) {
+    async prepare(events, log, reads, signal) {
       const texts = events.filter((e) => e.type === 'MemoryStored' || e.type === 'MemoryUpdated') as unknown as Texted[];
       if (texts.length === 0) return;
       // Reuse first: an update that keeps the text keeps its vector even when a later event of the log changes
@@ -239,10 +239,11 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
       if (toEmbed.length === 0) return;
       let vectors: Float32Array[];
       try {
-        vectors = await embedder.embed(toEmbed.map((e) => e.data.text));
+        // The runner's or the rebuild's signal: a stop does not wait for a provider that does not answer.
+        vectors = await embedder.embed(toEmbed.map((e) => e.data.text), signal);
       } catch (error) {
         if (!isPermanentRefusal(error)) throw error;
-        await embedEach(toEmbed);
+        await embedEach(toEmbed, signal);
         return;
       }
       toEmbed.forEach((e, i) => prepared.set(e.id, vectors[i]!));

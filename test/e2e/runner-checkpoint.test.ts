@@ -91,5 +91,11 @@ t.test('a batch that fails before its commit is retried without resetting the pr
   await until('the in-process state is reset', () => resets >= 2, 10_000);
   t.equal(resets, 2, 'a failure in afterCommit resets the in-process state (once)');
   t.equal(afterCommitFailures, 0, 'afterCommit did fail');
+  // Later failures before a commit (the provider down again) reset nothing again: the index is not reloaded in full on every retry.
+  failures = 2;
+  const third = await events.append('c', [event('Wanted')], 'no_stream');
+  await runner.waitFor(third.position, 10_000);
+  t.equal(failures, -1, 'prepare failed twice more');
+  t.equal(resets, 2, 'and those retries reset nothing');
   await runner.stop();
 });

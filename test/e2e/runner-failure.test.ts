@@ -96,6 +96,65 @@ t.test('a failing batch is counted, sanitized, recorded beside the checkpoint, a
   t.notOk('failure' in (await reads.checkpoint('flaky')), 'cleared beside the checkpoint too');
 });
 
+/** The read store as the runner sees it: its first `lose.failing` records of a failure, and `lose.over` of none, fail (busy, a primary stepping down). */
+function losingRecords(reads: EmbeddedReadStore, lose: { failing: number; over: number }): EmbeddedReadStore {
+  return new Proxy(reads, {
+    get(target, prop) {
+      if (prop === 'recordFailure') {
+        return async (name: string, failure: ProjectionFailure | null) => {
+          if (failure ? lose.failing-- > 0 : lose.over-- > 0) throw new Error('SqliteError: database is locked');
+          return target.recordFailure(name, failure);
+        };
+      }
+      const value = Reflect.get(target, prop, target) as unknown;
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
+/** The failure recorded beside `name`'s checkpoint once `want` holds of it, or as it is after 5 s. */
+async function recorded(reads: EmbeddedReadStore, name: string, want: (f: ProjectionFailure | undefined) => boolean) {
+  let failure = (await reads.checkpoint(name)).failure;
+  for (let i = 0; i < 250 && !want(failure); i++) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    failure = (await reads.checkpoint(name)).failure;
+  }
+  return failure;
+}
+
+t.test('a failure record whose write fails is written again: ops status neither misses a failure nor keeps one that is over', async (t) => {
+  const { events, reads } = stores(t);
+  const { lines, log } = capturingLogger();
+
+  // The batch's next attempt is 10 s away: until then only writing the record again shows the failure.
+  const lose = { failing: 1, over: 1 };
+  const slow = new ProjectionRunner(poisonable('missed', () => true).projection, events, losingRecords(reads, lose), log, { retryDelayMs: 10_000 });
+  const slowly = watch(slow);
+  await slow.start();
+  await events.append('a', [{ ...event('Wanted'), data: { poison: true } }], 'no_stream');
+  await slowly.until((f) => f?.count === 1);
+  t.match(await recorded(reads, 'missed', (f) => f !== undefined), { count: 1, message: /^poison/ }, 'recorded within 5 s although its first write failed');
+  t.equal(lose.failing, -1, 'written twice: the first write failed');
+  await slow.stop();
+
+  // Past the failure, the write clearing it fails once: ops status showed it failing until its next failure, if ever.
+  let poisoned = true;
+  const lost = { failing: 0, over: 1 };
+  const runner = new ProjectionRunner(poisonable('over', () => poisoned).projection, events, losingRecords(reads, lost), log, { retryDelayMs: 50 });
+  const reported = watch(runner);
+  await runner.start();
+  const poison = await events.append('b', [{ ...event('Wanted'), data: { poison: true } }], 'no_stream');
+  await reported.until((f) => f?.count === 2);
+  t.match(await recorded(reads, 'over', (f) => f !== undefined), { message: /^poison/ }, 'failing, recorded');
+  poisoned = false;
+  await runner.waitFor(poison.position, 10_000);
+  await reported.until((f) => f === null);
+  t.equal(await recorded(reads, 'over', (f) => f === undefined), undefined, 'cleared within 5 s of being over, although the write clearing it failed');
+  t.equal(lost.over, -1, 'written twice: the first write failed');
+  t.equal(lines.filter((l) => l.msg.startsWith('could not record the projection\'s failure')).length, 2, 'each lost write is logged');
+  await runner.stop();
+});
+
 t.test('a failure outside a batch (reading the log) is over once the retried subscription runs quietly', async (t) => {
   const { events, reads } = stores(t);
   let broken = 1;
