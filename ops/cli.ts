@@ -9,11 +9,26 @@ import { eventCommands } from './events.js';
 import { keyCommands } from './keys.js';
 import { projectCommands } from './projects.js';
 import { projectionCommands } from './projections.js';
-import { brokenPipeMessage } from './output.js';
+import { stdoutFailure } from './output.js';
 import { OpsError } from './runtime.js';
 import { streamCommands } from './streams.js';
+import { startupProblem } from '../api/startup.js';
+import { loadConfig } from '../infra/config.js';
+import { EventStoreTimeoutError } from '../infra/eventstore/errors.js';
 import { storeFileOf } from '../infra/stores.js';
+import { describeError } from '../projections/health.js';
 import { readFileSync } from 'node:fs';
+
+/**
+ * A store server's error as the server says it when it cannot start: the drivers' messages name neither the server
+ * nor its setting (`getaddrinfo ENOTFOUND mongo.internal`, `Authentication failed.`), and may carry credentials.
+ */
+function storeServerProblem(error: unknown): string | undefined {
+  const mongo = error instanceof Error && error.name.startsWith('Mongo');
+  if (!mongo && !(error instanceof EventStoreTimeoutError)) return undefined;
+  // The configuration loaded before the store was opened: it loads again.
+  return startupProblem(error, loadConfig()) ?? `${mongo ? 'MONGODB_URL' : 'EVENTSTORE_URL'}: ${describeError(error)}`;
+}
 
 /** package.json's version: the tools and the server they operate on are released together. */
 function packageVersion(): string {
@@ -26,12 +41,11 @@ const program = new Command('ops')
   .showHelpAfterError('(add --help for usage)')
   .exitOverride();
 
-// `ops … | head`: once the reader is gone, stop quietly as other Unix tools do, instead of a stack trace.
+// `ops … | head`, or output into a file on a full disk: a line on stderr where one is due (see stdoutFailure), not a stack trace.
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {
-  if (error.code !== 'EPIPE') throw error;
-  const lost = brokenPipeMessage();
-  if (lost) process.stderr.write(`error: ${lost}\n`);
-  process.exit(process.exitCode ?? 0);
+  const { message, exitCode } = stdoutFailure(error);
+  if (message) process.stderr.write(`error: ${message}\n`);
+  process.exit(exitCode);
 });
 
 streamCommands(program);
@@ -50,7 +64,8 @@ try {
   } else {
     // A store file SQLite cannot use is named: its message alone ("file is not a database") does not say which.
     const file = storeFileOf(error);
-    process.stderr.write(`error: ${file ? `${file}: ` : ''}${error instanceof Error ? error.message : String(error)}\n`);
+    const message = storeServerProblem(error) ?? `${file ? `${file}: ` : ''}${error instanceof Error ? error.message : String(error)}`;
+    process.stderr.write(`error: ${message}\n`);
     process.exitCode = error instanceof OpsError ? error.exitCode : 1;
   }
 }

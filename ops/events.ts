@@ -12,6 +12,8 @@ export function eventCommands(program: Command): void {
     .option('--from <position>', 'start after this log position (0 = from the beginning; default: the current head)', nonNegativeInt)
     .option('--count <n>', 'stop after this many events', positiveInt)
     .option('--json', 'print one JSON object per line')
+    // A process learns that its pipe's reader has gone only when it writes (Node cannot poll for it, as GNU tail -f does).
+    .addHelpText('after', '\nTo stop after N events, use --count N: piped into `head -N`, the tail ends only when the next event comes after head has exited.')
     .action(async (opts: { type?: string[]; from?: number; count?: number; json?: boolean }) => withEventLog(async (events) => {
       const abort = new AbortController();
       const stop = () => abort.abort();

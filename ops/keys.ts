@@ -7,7 +7,7 @@ import { apiKeyDecider, apiKeyStream, MAX_API_KEY_NAME } from '../domain/apikeys
 import { notice, writeSecret } from './output.js';
 import { loadProject, nameOption } from './projects.js';
 import { CreateApiKeyBody, expiryProblem } from '../api/platform/keys/schemas.js';
-import { commaList, opsRequestMeta, validateAsApi, withEventLog } from './runtime.js';
+import { commaList, finishDespiteStops, opsRequestMeta, validateAsApi, withEventLog } from './runtime.js';
 
 /**
  * `--expires-at` as the API takes `expires_at`: its schema's RFC 3339 date-time, offset included, and its rule
@@ -42,18 +42,21 @@ export function keyCommands(program: Command): void {
           key_id: keyId, project_id: projectId, tenant_id: project.tenant_id, name,
           key_prefix: prefix, key_hash: hash, scopes: opts.scopes ?? ['*'], expires_at: opts.expiresAt ?? null,
         };
-        const result = await new CommandBus(events).handle(apiKeyStream(keyId), apiKeyDecider, { type: 'CreateApiKey', data },
-          opsRequestMeta({ project_id: projectId, tenant_id: project.tenant_id }));
-        // The key goes to stdout once and nowhere else: the log holds only its hash.
-        const lost = `key ${keyId} was created for project ${projectId} but could not be printed (its reader went away); `
-          + `revoke it (DELETE /api/v1/projects/${projectId}/keys/${keyId}) and create another`;
-        if (opts.json) {
-          const created = { key, key_id: keyId, project_id: data.project_id, tenant_id: data.tenant_id, name, key_prefix: prefix, scopes: data.scopes, expires_at: data.expires_at, position: result.position };
-          await writeSecret(`${JSON.stringify(created, null, 2)}\n`, lost);
-        } else {
-          await writeSecret(`${key}\n`, lost);
-          notice(`key ${keyId} created for project ${projectId} (scopes ${data.scopes.join(',')}, position ${result.position})`);
-        }
+        // From the append until the key is out, a stop signal waits: the key exists nowhere else.
+        await finishDespiteStops(`creating key ${keyId} and printing it`, async () => {
+          const result = await new CommandBus(events).handle(apiKeyStream(keyId), apiKeyDecider, { type: 'CreateApiKey', data },
+            opsRequestMeta({ project_id: projectId, tenant_id: project.tenant_id }));
+          // The key goes to stdout once and nowhere else: the log holds only its hash.
+          const lost = (cause: string) => `key ${keyId} was created for project ${projectId} but could not be printed (${cause}); `
+            + `revoke it (DELETE /api/v1/projects/${projectId}/keys/${keyId}) and create another`;
+          if (opts.json) {
+            const created = { key, key_id: keyId, project_id: data.project_id, tenant_id: data.tenant_id, name, key_prefix: prefix, scopes: data.scopes, expires_at: data.expires_at, position: result.position };
+            await writeSecret(`${JSON.stringify(created, null, 2)}\n`, lost);
+          } else {
+            await writeSecret(`${key}\n`, lost);
+            notice(`key ${keyId} created for project ${projectId} (scopes ${data.scopes.join(',')}, position ${result.position})`);
+          }
+        });
         notice('warning: this key is not stored and cannot be shown again; keep it now.');
       }));
 }

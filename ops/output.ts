@@ -72,21 +72,31 @@ export function notice(message: string): void {
   process.stderr.write(`${message}\n`);
 }
 
-/** What stderr says if stdout's reader goes away before a secret that exists nowhere else was written. */
-let brokenPipeNotice: string | undefined;
+/** What stderr says, given why, if stdout cannot take a secret that exists nowhere else (see writeSecret). */
+let lostSecretNotice: ((cause: string) => string) | undefined;
 
-export function brokenPipeMessage(): string | undefined {
-  return brokenPipeNotice;
+/**
+ * What to say on stderr when stdout fails, and the exit code. A reader that went away (`ops … | head`) is how a
+ * pipe ends: quiet, as other Unix tools are, with the exit code the command had. Any other failure (a file on a full
+ * disk: ENOSPC, EFBIG, EIO) lost output the operator asked for: one line naming it, exit code 1. Either way, a
+ * secret that was not written is named, with what to do about it.
+ */
+export function stdoutFailure(error: NodeJS.ErrnoException): { message?: string; exitCode: number } {
+  const gone = error.code === 'EPIPE';
+  const cause = gone ? 'its reader went away' : error.message;
+  const message = lostSecretNotice?.(cause) ?? (gone ? undefined : `cannot write the output: ${cause}`);
+  return { message, exitCode: gone ? Number(process.exitCode ?? 0) : 1 };
 }
 
 /**
  * Writes a secret that is shown once (a new API key). Until it is out the exit code is 1: a broken pipe
- * (`ops keys create | …` whose reader is gone) must not pass for success, and stderr says what was lost.
+ * (`ops keys create | …` whose reader is gone) or a full disk must not pass for success, and stderr says what was
+ * lost (`lostNotice`, given the cause).
  */
-export async function writeSecret(text: string, lostNotice: string): Promise<void> {
+export async function writeSecret(text: string, lostNotice: (cause: string) => string): Promise<void> {
   process.exitCode = 1;
-  brokenPipeNotice = lostNotice;
+  lostSecretNotice = lostNotice;
   await new Promise<void>((resolve, reject) => process.stdout.write(text, (error) => (error ? reject(error) : resolve())));
-  brokenPipeNotice = undefined;
+  lostSecretNotice = undefined;
   process.exitCode = undefined;
 }

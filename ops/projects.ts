@@ -6,7 +6,7 @@ import { MAX_PROJECT_NAME, projectDecider, projectStateOf, projectStream, type P
 import { nameForm, nameProblem } from '../domain/shared/text.js';
 import { printJson, quoted } from './output.js';
 import { CreateProjectBody } from '../api/platform/projects/schemas.js';
-import { OpsError, opsRequestMeta, validateAsApi, withEventLog } from './runtime.js';
+import { finishDespiteStops, OpsError, opsRequestMeta, validateAsApi, withEventLog } from './runtime.js';
 
 /** A project's state from its stream; operator commands check existence against the log, not a read model that may lag. */
 export async function loadProject(events: EventStore, projectId: string): Promise<Extract<ProjectState, { exists: true }>> {
@@ -40,11 +40,14 @@ export function projectCommands(program: Command): void {
       const name = nameOption(opts.name, MAX_PROJECT_NAME);
       await withEventLog(async (events) => {
         const projectId = randomUUID();
-        const result = await new CommandBus(events).handle(projectStream(projectId), projectDecider,
-          { type: 'CreateProject', data: { project_id: projectId, tenant_id: tenant, name } },
-          opsRequestMeta({ project_id: projectId, tenant_id: tenant }));
-        if (opts.json) return printJson({ project_id: projectId, tenant_id: tenant, name, position: result.position });
-        process.stdout.write(`project ${projectId} created (tenant ${tenant}, position ${result.position})\n`);
+        // Stopped between the append and the printing, the operator would not learn the new project's id (and make another).
+        await finishDespiteStops(`creating project ${projectId} and printing its id`, async () => {
+          const result = await new CommandBus(events).handle(projectStream(projectId), projectDecider,
+            { type: 'CreateProject', data: { project_id: projectId, tenant_id: tenant, name } },
+            opsRequestMeta({ project_id: projectId, tenant_id: tenant }));
+          if (opts.json) return printJson({ project_id: projectId, tenant_id: tenant, name, position: result.position });
+          process.stdout.write(`project ${projectId} created (tenant ${tenant}, position ${result.position})\n`);
+        });
       }, { create: true });
     });
 }

@@ -111,6 +111,22 @@ export function stopOnSignals(message: string): { signal: AbortSignal; release: 
 }
 
 /**
+ * Runs `fn`, an append and the printing of what only this process knows (a new key, shown once), with the stop
+ * signals held back: ended between the commit and the printing, the command would leave an active key that nobody
+ * has. The first Ctrl-C, SIGTERM or SIGHUP says so on stderr and lets `fn` finish (moments, unless the event store
+ * hangs); a second one of the same kind ends the process at once.
+ */
+export async function finishDespiteStops<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  const stop = stopOnSignals(what);
+  stop.signal.addEventListener('abort', () => process.stderr.write(`finishing: ${what}; stop again to end at once\n`), { once: true });
+  try {
+    return await fn();
+  } finally {
+    stop.release();
+  }
+}
+
+/**
  * Who runs this command, for the events' `actor`: `ops:<login>@<host>`. The login is the OS user's, or
  * $USER/$LOGNAME, or the uid where the account has no name (a container's arbitrary uid).
  */

@@ -51,5 +51,7 @@ export function streamCommands(program: Command): void {
       else printTable(page, ['position', 'revision', 'type', 'recorded_at', 'correlation_id', 'actor', 'data']);
       const last = page.at(-1)?.revision ?? opts.from - 1;
       if (last < info.revision) notice(`${count(info.revision - last, 'more event')}: --from ${last + 1}`);
+      // An empty page alone would pass for an empty stream, or for the end of one that has none after --from.
+      else if (opts.from > info.revision) notice(`note: --from ${opts.from} is past the stream's last revision (${info.revision}); it holds ${count(info.event_count, 'event')}`);
     }));
 }
