@@ -1,7 +1,7 @@
 import type { TSchema } from 'typebox';
 import { Compile } from 'typebox/compile';
 import { Settings } from 'typebox/system';
-import { nameForm, nameProblems, unpairedSurrogate } from '../../domain/shared/text.js';
+import { nameForm, nameProblems, rawNameLength, unpairedSurrogate } from '../../domain/shared/text.js';
 import { badRequest, type ProblemFieldError } from './problem.js';
 
 export type Location = 'body' | 'query' | 'path' | 'header';
@@ -150,6 +150,15 @@ function pointerGet(value: unknown, pointer: string): unknown {
  */
 export const MAX_BYTES = 'x-max-bytes';
 
+/**
+ * A name's limit in characters of the form it is stored in (nameForm: trimmed, NFC), published as
+ * `x-max-name-characters` beside the looser `maxLength` of the text sent (rawNameLength), which leaves room for what
+ * trimming and normalisation take away: a name past even that bound is refused with the name's own limit, not the
+ * bound's. Spread into a string schema: `Type.String({ ...nameLength(128), description })`.
+ */
+export const MAX_NAME_CHARACTERS = 'x-max-name-characters';
+export const nameLength = (max: number) => ({ minLength: 1, maxLength: rawNameLength(max), [MAX_NAME_CHARACTERS]: max });
+
 function describe(e: SchemaError, root: unknown, location: Location, schema?: TSchema): ProblemFieldError {
   const path = e.instancePath.replace(/^\//, '').replace(/\//g, '.');
   if (e.keyword === 'additionalProperties') {
@@ -161,8 +170,12 @@ function describe(e: SchemaError, root: unknown, location: Location, schema?: TS
     return { location: join(location, path), message: `missing required field${names.length > 1 ? 's' : ''}: ${names.join(', ')}` };
   }
   const value = pointerGet(root, e.instancePath);
-  const maxBytes = e.keyword === 'maxLength' && schema ? (pointerGet(schema, e.schemaPath.replace(/^#/, '')) as Record<string, unknown> | undefined)?.[MAX_BYTES] : undefined;
+  const limited = e.keyword === 'maxLength' && schema ? pointerGet(schema, e.schemaPath.replace(/^#/, '')) as Record<string, unknown> | undefined : undefined;
+  const [maxBytes, maxName] = [limited?.[MAX_BYTES], limited?.[MAX_NAME_CHARACTERS]];
   if (typeof maxBytes === 'number' && typeof value === 'string') return byteLimit(join(location, path), value, maxBytes)!;
+  if (typeof maxName === 'number' && typeof value === 'string') {
+    return { location: join(location, path), message: `must not have more than ${maxName} characters (after trimming and NFC normalisation)`, value: tooLong(e.keyword, value) };
+  }
   return { location: join(location, path), message: e.message, value: tooLong(e.keyword, value) ?? value };
 }
 

@@ -4,7 +4,9 @@ import { Settings } from 'typebox/system';
 import { ProblemError } from '../../api/http/problem.js';
 import { MAX_SCHEMA_ERRORS, nameErrors, Validator, type Location } from '../../api/http/validation.js';
 import { ScopeQuery, SearchBody, StoreMemoryBody } from '../../api/memory/schemas.js';
+import { CreateAgentBody } from '../../api/platform/agents/schemas.js';
 import { CreateApiKeyBody } from '../../api/platform/keys/schemas.js';
+import { CreateProjectBody } from '../../api/platform/projects/schemas.js';
 
 /** The problem's `errors[]` for a value the validator refuses (the test fails if it accepts it). */
 function errorsOf(schema: ConstructorParameters<typeof Validator>[0], value: unknown, location: Location = 'body', convert = false) {
@@ -98,4 +100,10 @@ t.test('a name over its limit is given by its size too, not echoed (agent, proje
   t.strictSame(nameErrors('body.name', 'n'.repeat(129), 128),
     [{ location: 'body.name', message: 'must not have more than 128 characters (after trimming and NFC normalisation)', value: '129 characters' }], 'one past it');
   t.strictSame(nameErrors('body.name', '😀'.repeat(101), 100).map((e) => e.value), ['101 characters'], 'counted in characters, not UTF-16 units');
+  // Past even the looser bound the schema puts on the text sent (room for trimming and NFC): the name's own limit is named.
+  for (const [schema, body, max, sent] of [
+    [CreateAgentBody, { name: 'n'.repeat(513) }, 128, 513], [CreateProjectBody, { name: 'n'.repeat(801) }, 200, 801], [CreateApiKeyBody, { name: 'n'.repeat(401) }, 100, 401],
+  ] as const) {
+    t.strictSame(errorsOf(schema, body), [{ location: 'body.name', message: `must not have more than ${max} characters (after trimming and NFC normalisation)`, value: `${sent} characters` }], `${max}: not the schema's ${4 * max}`);
+  }
 });

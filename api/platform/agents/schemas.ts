@@ -1,7 +1,7 @@
 import Type, { type Static } from 'typebox';
 import { LANGUAGE_PATTERN, MAX_LANGUAGE_TAG } from '../../../domain/agents/language.js';
 import { MAX_AGENT_NAME } from '../../../domain/agents/names.js';
-import { rawNameLength } from '../../../domain/shared/text.js';
+import { nameLength } from '../../http/validation.js';
 import { DateTime, Uuid } from '../../shared/schemas.js';
 
 const Score = Type.Number({ minimum: 0, maximum: 1 });
@@ -12,7 +12,7 @@ export const Big5 = Type.Object({
 const Phrases = Type.Array(Type.String({ minLength: 1, maxLength: 500 }), { maxItems: 100, description: 'at most 100 phrases of 1-500 characters, well-formed Unicode' });
 const Gender = Type.Union([Type.Literal('male'), Type.Literal('female'), Type.Literal('non_binary')]);
 export const CreateAgentBody = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: rawNameLength(MAX_AGENT_NAME), description: `not empty or only whitespace; at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; no control characters, bidirectional controls, line separators, noncharacters or invisible (default-ignorable) characters, except zero-width joiners, variation selectors and tags where they shape a script or an emoji; must not look like a UUID nor be "." or ".."` }),
+  name: Type.String({ ...nameLength(MAX_AGENT_NAME), description: `not empty or only whitespace; at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; no control characters, bidirectional controls, line separators, noncharacters or invisible (default-ignorable) characters, except zero-width joiners, variation selectors and tags where they shape a script or an emoji; must not look like a UUID nor be "." or ".."` }),
   personality_prompt: Type.Optional(Type.String({ maxLength: 16000, description: 'custom system prompt, well-formed Unicode' })),
   big5: Type.Optional(Big5),
   speech_patterns: Type.Optional(Phrases),
@@ -33,7 +33,7 @@ export const ListAgentsQuery = Type.Object({
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_AGENTS_PAGE, description: `at most this many agents (1-${MAX_AGENTS_PAGE}), oldest first; when more follow, X-Next-Cursor says where to go on. Without it, every agent of the project is returned (as before paging existed)` })),
   cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 1024, description: 'opaque: the X-Next-Cursor of the previous page (with the same project_id); needs `limit`' })),
 }, { additionalProperties: false });
-export const AgentParams = Type.Object({ agentId: Type.String({ minLength: 1, maxLength: rawNameLength(MAX_AGENT_NAME), description: 'agent UUID or URL-encoded name' }) }, { additionalProperties: false });
+export const AgentParams = Type.Object({ agentId: Type.String({ ...nameLength(MAX_AGENT_NAME), description: 'agent UUID or URL-encoded name' }) }, { additionalProperties: false });
 
 const Mood = Type.Object({
   valence: Type.Number(), arousal: Type.Number(), tension: Type.Number(), affiliation: Type.Number(),

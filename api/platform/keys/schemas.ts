@@ -1,6 +1,6 @@
 import Type, { type Static } from 'typebox';
 import { MAX_API_KEY_NAME } from '../../../domain/apikeys/decider.js';
-import { rawNameLength } from '../../../domain/shared/text.js';
+import { nameLength } from '../../http/validation.js';
 import { DateTime, Uuid } from '../../shared/schemas.js';
 import { nameRules } from '../projects/schemas.js';
 
@@ -8,7 +8,7 @@ import { nameRules } from '../projects/schemas.js';
 export const API_KEY_SCOPES = ['*', 'agents:read', 'agents:write', 'config:read', 'config:write', 'projects:read'] as const;
 
 export const CreateApiKeyBody = Type.Object({
-  name: Type.Optional(Type.String({ minLength: 1, maxLength: rawNameLength(MAX_API_KEY_NAME), description: `label shown in listings; default "default"; ${nameRules(MAX_API_KEY_NAME)}` })),
+  name: Type.Optional(Type.String({ ...nameLength(MAX_API_KEY_NAME), description: `label shown in listings; default "default"; ${nameRules(MAX_API_KEY_NAME)}` })),
   scopes: Type.Optional(Type.Array(Type.Union(API_KEY_SCOPES.map((s) => Type.Literal(s))), {
     minItems: 1, maxItems: API_KEY_SCOPES.length, uniqueItems: true, description: 'default ["*"]',
   })),
