@@ -72,7 +72,7 @@ class CacheEntry<State> {
   suspect = false;
   /** The entry decided on this one. */
   heir?: CacheEntry<State>;
-  /** What the state weighs in the cache (Decider.size), as decided: one per event for an entry built on another. */
+  /** What the state weighs in the cache (Decider.size): for an entry built on another, that one's state as decided on plus one per event. */
   readonly weight: number;
   private value?: State;
   private broken?: { error: unknown };
@@ -84,15 +84,14 @@ class CacheEntry<State> {
     readonly lastEventId: string | undefined,
     /** Position of the stream's last committed event, or the append that will produce it. */
     public position: number | Promise<number>,
-    state: { value: State; weight: number } | { below: CacheEntry<State>; events: DomainEvent[]; evolve: (state: State, event: DomainEvent) => State },
+    state: { value: State } | { below: CacheEntry<State>; events: DomainEvent[]; evolve: (state: State, event: DomainEvent) => State },
+    weight: number,
   ) {
     this.durable = 'value' in state;
-    if ('value' in state) {
-      this.value = state.value;
-      this.weight = state.weight;
-    } else {
+    this.weight = weight;
+    if ('value' in state) this.value = state.value;
+    else {
       this.unapplied = state;
-      this.weight = state.below.weight + state.events.length;
       state.below.heir = this;
     }
   }
@@ -277,7 +276,9 @@ export class CommandBus {
       metadata,
     }));
     const expected: ExpectedRevision = entry.revision < 0 ? 'no_stream' : entry.revision;
-    return { events, entry, revision: entry.revision + events.length, newEvents, expected, evolve: decider.evolve as (state: State, event: DomainEvent) => State };
+    // The state after these events weighs at most what the one decided on weighs, plus one per event.
+    const weight = (decider.size?.(entry.state) ?? 1) + events.length;
+    return { events, entry, revision: entry.revision + events.length, newEvents, expected, evolve: decider.evolve as (state: State, event: DomainEvent) => State, weight };
   }
 
   /**
@@ -287,7 +288,7 @@ export class CommandBus {
    * decided again, as after a version conflict.
    */
   private pending<State>(
-    stream: string, decided: { entry: CacheEntry<State>; events: DomainEvent[]; revision: number; newEvents?: NewEvent[]; expected: ExpectedRevision; evolve?: (state: State, event: DomainEvent) => State },
+    stream: string, decided: { entry: CacheEntry<State>; events: DomainEvent[]; revision: number; newEvents?: NewEvent[]; expected: ExpectedRevision; evolve?: (state: State, event: DomainEvent) => State; weight?: number },
     appended: Promise<AppendResult>,
   ): CacheEntry<State> {
     const position = appended.then(({ revision, position: at, written }) => {
@@ -297,7 +298,7 @@ export class CommandBus {
       return at;
     });
     position.catch(() => undefined);
-    const next = new CacheEntry<State>(decided.revision, decided.newEvents?.at(-1)?.id, position, { below: decided.entry, events: decided.events, evolve: decided.evolve! });
+    const next = new CacheEntry<State>(decided.revision, decided.newEvents?.at(-1)?.id, position, { below: decided.entry, events: decided.events, evolve: decided.evolve! }, decided.weight!);
     this.remember(stream, next);
     return next;
   }
@@ -456,7 +457,7 @@ export class CommandBus {
       if (page.length < 1000) break;
       at = revision + 1;
     }
-    return new CacheEntry<State>(revision, lastEventId, position, { value: state, weight: decider.size?.(state) ?? 1 });
+    return new CacheEntry<State>(revision, lastEventId, position, { value: state }, decider.size?.(state) ?? 1);
   }
 
   private remember<State>(stream: string, entry: CacheEntry<State>): void {

@@ -96,3 +96,13 @@ t.test('a project\'s configuration weighs its keys', async (t) => {
   for (let i = 0; i < 12; i++) await bus.handle(configStream('p'), configDecider, { type: 'SetConfigValue', data: { project_id: 'p', key: `k${i}`, value: i } }, meta());
   t.strictSame(bus.cacheStats, { entries: 1, weight: 13 }, 'twelve keys and the project');
 });
+
+t.test('a scope updated many times weighs its memories, not its updates', async (t) => {
+  const store = new EmbeddedEventStore(join(tempDir(t, 'cairn-bus-cache-'), 'events.db'));
+  t.teardown(() => store.close());
+  const bus = new CommandBus(store);
+  const scope = { agent: 'a', user: 'u' };
+  const stream = memoryStream('a', 'u');
+  await Promise.all(Array.from({ length: 50 }, (_, i) => bus.handle(stream, memoryDecider, { type: 'StoreMemory', data: { ...scope, memory_id: 'm1', text: `version ${i}` } }, meta())));
+  t.strictSame(bus.cacheStats, { entries: 1, weight: 3 }, 'one memory and the scope, plus the last update\'s one event as a bound');
+});
