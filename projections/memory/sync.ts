@@ -47,6 +47,10 @@ export class IndexSync<Batch> implements IndexSink<Batch> {
     this.buffered = [];
     try {
       const { generation } = await this.reads.checkpoint(this.projection);
+      // `load` clears the index first: until it completes, the index holds no generation. A load that fails
+      // (the read store briefly unreachable) leaves it so, and the next query reloads it, instead of
+      // searching a half-filled index as if it were whole and missing memories until the next restart.
+      this.generation = undefined;
       await this.load();
       this.generation = generation;
       for (const b of this.buffered) if (b.generation === generation) this.apply(b.batch);
@@ -57,8 +61,13 @@ export class IndexSync<Batch> implements IndexSink<Batch> {
 
   /** Before a query: waits for a running reload, and reloads if a rebuilt generation went live meanwhile. */
   async ready(): Promise<void> {
-    if (this.loading) await this.loading;
-    const { generation } = await this.reads.checkpoint(this.projection);
-    if (generation !== this.generation) await this.reset();
+    for (;;) {
+      if (this.loading) await this.loading;
+      const { generation } = await this.reads.checkpoint(this.projection);
+      if (generation === this.generation) return;
+      // Queries that notice it at the same moment (while reading the checkpoint: a round trip to MongoDB) share
+      // one reload of the whole index: the first starts it, the others wait for it rather than queue one each.
+      if (!this.loading) return this.reset();
+    }
   }
 }
