@@ -111,6 +111,11 @@ export class Appender {
             head = Math.max(head, ...parts.map((p) => p.result.position));
             outcomes.push({ ok: true, ...parts[0]!, ...(request.with ? { also: parts.slice(1) } : {}) });
           } catch (error) {
+            // A failed write in the middle of a statement (SQLITE_FULL or SQLITE_IOERR as a full page cache spills
+            // into the WAL, SQLITE_NOMEM) rolls back the whole transaction, not only this request's savepoint: the
+            // requests before it are undone, and those after it would each be committed on their own, outside
+            // the batch, then reported as failed. The batch fails as a whole.
+            if (!this.db.inTransaction) throw error;
             outcomes.push(outcomeOf(error));
           }
         }
@@ -180,7 +185,10 @@ export class Appender {
     let last = first;
     for (let i = 0; i < events.length; i++) {
       const found = i === 0 ? first : this.stmt.findById.get(events[i]!.id);
-      if (!found || found.stream !== stream || found.revision !== first.revision + i) throw new DuplicateEventIdError(events[i]!.id, stream);
+      // Only some of the events were appended before (a retry that decided more than the first time): the error names
+      // an id the log holds, not the one it lacks.
+      if (!found) throw new DuplicateEventIdError(events[0]!.id, stream);
+      if (found.stream !== stream || found.revision !== first.revision + i) throw new DuplicateEventIdError(events[i]!.id, stream);
       last = found;
     }
     return { revision: last.revision, position: last.position };

@@ -19,7 +19,7 @@ openWritable(db);
 // Checkpoints (copying the WAL into the database, with an fsync) run on their own thread, not inside this
 // thread's commits; a rare one here (every 64 MiB of WAL) keeps the WAL bounded under steady writes.
 db.pragma('wal_autocheckpoint = 16384');
-const checkpointer = file === ':memory:' ? undefined : startCheckpointer(file, CHECKPOINT_INTERVAL_MS);
+const checkpointer = startCheckpointer(file, CHECKPOINT_INTERVAL_MS);
 const appender = new Appender(db);
 const channel = new BroadcastChannel(appendChannelName(file));
 channel.unref();
@@ -55,7 +55,7 @@ port.on('message', (first: Message) => {
 });
 
 async function shutdown(): Promise<void> {
-  if (checkpointer) await stopCheckpointer(checkpointer);
+  await stopCheckpointer(checkpointer);
   db.close();
   channel.close();
   port.postMessage({ closed: true });

@@ -79,7 +79,10 @@ export class EmbeddedEventStore implements EventStore {
 
   /** `appends: false`: the writer thread is started only if an append comes after all (the projection thread's store). */
   constructor(readonly file: string, options: { appends?: boolean } = {}) {
-    if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
+    // The log is written by a thread of its own, on its own connection: SQLite's in-memory and temporary databases
+    // (":memory:", "") are private to a connection, so appends would be acknowledged into a database no read sees.
+    if (file === ':memory:' || file === '') throw new TypeError(`the embedded event log needs a file, not ${JSON.stringify(file)} (a temporary directory will do)`);
+    mkdirSync(dirname(file), { recursive: true });
     this.db = new Database(file);
     this.db.pragma('busy_timeout = 5000');
     openWritable(this.db);
@@ -87,8 +90,8 @@ export class EmbeddedEventStore implements EventStore {
     // faster. Point reads (a stream's events, the head) come right after the writer thread's commits, which
     // invalidate a connection's page cache; refilling it through a memory map costs more than with plain
     // reads (measured: 59 vs 22 us for a lookup after each commit), so that connection maps nothing.
-    this.scan = file === ':memory:' ? this.db : new Database(file, { readonly: true });
-    if (this.scan !== this.db) this.scan.pragma('mmap_size = 1073741824');
+    this.scan = new Database(file, { readonly: true });
+    this.scan.pragma('mmap_size = 1073741824');
     // A store that will append starts its writer thread now, not in the middle of the first request.
     if (options.appends !== false) void this.writer;
     this.appended.setMaxListeners(0);
@@ -324,7 +327,7 @@ export class EmbeddedEventStore implements EventStore {
    * find them, instead of each subscription querying the log after every commit.
    */
   private listenForAnnouncements(): void {
-    if (this.channel || this.writerThread || this.closed || this.file === ':memory:') return;
+    if (this.channel || this.writerThread || this.closed) return;
     this.channel = new BroadcastChannel(appendChannelName(this.file));
     this.channel.unref();
     let known = this.stmt.head.get()?.p ?? 0;
@@ -372,7 +375,7 @@ export class EmbeddedEventStore implements EventStore {
     const prefix = options.prefix ?? '';
     const rows = this.db.prepare<[string, string, string, number], StreamRow>(
       'SELECT * FROM streams WHERE substr(name, 1, length(?)) = ? AND name > ? ORDER BY name LIMIT ?',
-    ).all(prefix, prefix, options.after ?? '', options.limit ?? 100);
+    ).all(prefix, prefix, options.after ?? '', readLimit(options.limit ?? 100));
     return rows.map(toStreamInfo);
   }
 
@@ -381,8 +384,15 @@ export class EmbeddedEventStore implements EventStore {
     return row ? toStreamInfo(row) : undefined;
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
+  /** The close under way: a second call waits for it too, rather than returning while appends are still being committed. */
+  private closing: Promise<void> | undefined;
+
+  close(): Promise<void> {
+    this.closing ??= this.shutdown();
+    return this.closing;
+  }
+
+  private async shutdown(): Promise<void> {
     this.closed = true;
     // Let queued and in-flight appends finish, then stop the writer.
     while (this.queue.length > 0 || this.inFlight.size > 0) {
@@ -400,7 +410,7 @@ export class EmbeddedEventStore implements EventStore {
       await writer.terminate();
     }
     this.channel?.close();
-    if (this.scan !== this.db) this.scan.close();
+    this.scan.close();
     this.db.close();
   }
 }

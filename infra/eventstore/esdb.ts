@@ -370,7 +370,7 @@ export class EsdbEventStore implements EventStore {
   async listStreams(options: { prefix?: string; limit?: number; after?: string } = {}): Promise<StreamInfo[]> {
     const prefix = options.prefix ?? '';
     const after = options.after ?? '';
-    const limit = options.limit ?? 100;
+    const limit = readLimit(options.limit ?? 100);
     const reads = this.bound('listStreams');
     const names = (await this.streamNames(reads)).filter((n) => n.startsWith(prefix) && n > after).sort();
     const infos: StreamInfo[] = [];

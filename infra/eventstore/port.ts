@@ -134,6 +134,7 @@ export interface EventStore {
    * events: positions are dense on the embedded log, but byte offsets on EventStoreDB).
    */
   countAfter(position: number, max: number, bound?: { timeoutMs?: number }): Promise<number>;
+  /** Streams in name order after `after`, whose names start with `prefix`; at most `limit` (see readLimit), 100 by default. */
   listStreams(options?: { prefix?: string; limit?: number; after?: string }): Promise<StreamInfo[]>;
   streamInfo(stream: string): Promise<StreamInfo | undefined>;
   close(): Promise<void>;

@@ -34,3 +34,32 @@ t.test('a writer thread that died fails its appends; later appends start another
   t.same((await store.readAll(0)).map((e) => [e.stream, e.position]), [['s-3', 1]], 'only that one is in the log');
   t.equal((await timed(store.close(), 5000)).outcome, 'resolved', 'close() ends');
 });
+
+/**
+ * SQLite's in-memory and temporary databases belong to one connection: the writer thread's connection would hold the
+ * appends, and this thread's reads another, empty database. An append was acknowledged (position 1) and then never
+ * read back (readStream [], headPosition 0). Such a log is refused when it is opened.
+ */
+t.test('a log that is not a file (":memory:", "") is refused, rather than acknowledging appends no read sees', async (t) => {
+  for (const file of [':memory:', '']) {
+    t.throws(() => new EmbeddedEventStore(file), { name: 'TypeError', message: /needs a file/ }, JSON.stringify(file));
+  }
+});
+
+/**
+ * Two parts of a process closing the same log (a failed start's clean-up and the shutdown, a test's teardowns): the
+ * second close() returned at once, while the first was still waiting for the appends in flight to be committed, so
+ * its caller could exit or remove the directory under them.
+ */
+t.test('a second close() waits, as the first does, for the appends in flight', async (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'cairn-writer-'));
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  const store = new EmbeddedEventStore(join(root, 'events.db'));
+  let settled = 0;
+  const appends = Array.from({ length: 20 }, (_, i) => store.append(`s-${i}`, [event()], 'no_stream').finally(() => { settled++; }));
+  const first = store.close();
+  await store.close();
+  t.equal(settled, appends.length, 'every append in flight had settled when the second close() returned');
+  t.equal((await Promise.allSettled(appends)).filter((r) => r.status === 'fulfilled').length, appends.length, 'and was written');
+  await first;
+});
