@@ -1,5 +1,5 @@
 import type { AddressInfo } from 'node:net';
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import type Koa from 'koa';
 import { CommandBus, cacheLimits } from '../commands/bus.js';
 import { apiKeyDecider, apiKeyStream, USE_RECORD_INTERVAL_MS } from '../domain/apikeys/decider.js';
@@ -46,16 +46,39 @@ export interface CairnOptions {
 /** How long a stopping server waits for requests in flight beyond the longest read-model wait. */
 const SHUTDOWN_GRACE_MS = 5_000;
 
-function listen(app: Koa, host: string, port: number): Promise<Server> {
+/** A listening server; `drain()`, once it stops, makes every answer not yet begun close its connection. */
+interface Listening {
+  server: Server;
+  drain(): void;
+}
+
+function listen(app: Koa, host: string, port: number, log: Logger, service: string): Promise<Listening> {
   return new Promise((resolve, reject) => {
-    const server = createServer(app.callback());
+    const handle = app.callback();
+    // Answers not yet begun (requests in flight, pipelined ones): once the server stops, they say `Connection:
+    // close` (RFC 9112 §9.6) instead of promising a keep-alive the stop breaks a moment later, so a client's pool
+    // does not send its next request on a connection being closed (a POST lost without knowing whether it was done).
+    const unanswered = new Set<ServerResponse>();
+    let draining = false;
+    const server = createServer((req, res) => {
+      if (draining) res.shouldKeepAlive = false;
+      else {
+        unanswered.add(res);
+        res.once('close', () => unanswered.delete(res));
+      }
+      void handle(req, res);
+    });
+    const drain = () => {
+      draining = true;
+      for (const res of unanswered) if (!res.headersSent) res.shouldKeepAlive = false;
+    };
     // Longer than the idle timeouts of common load balancers and client pools (60 s), so the server is
     // not the side that closes an idle keep-alive connection while a client reuses it (ECONNRESET).
     server.keepAliveTimeout = 65_000;
     server.headersTimeout = 66_000;
-    answerClientErrors(server);
+    answerClientErrors(server, log, service);
     server.once('error', reject);
-    server.listen(port, host, () => resolve(server));
+    server.listen(port, host, () => resolve({ server, drain }));
   });
 }
 
@@ -131,14 +154,14 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   const authenticateOwner = ownerAuthenticator(config.memory.ownerToken);
   const memoryApp = createMemoryApp(memory.routes, { authenticate: (ctx) => authenticateOwner(ctx), waitFor, jsonTypes: ['application/json'] }, config, log, health);
 
-  let platformServer: Server | undefined;
-  let memoryServer: Server;
+  let platformServer: Listening | undefined;
+  let memoryServer: Listening;
   try {
-    platformServer = await listen(platformApp, config.host, config.port);
-    memoryServer = await listen(memoryApp, config.host, config.memoryPort);
+    platformServer = await listen(platformApp, config.host, config.port, log, 'platform');
+    memoryServer = await listen(memoryApp, config.host, config.memoryPort, log, 'memory');
   } catch (error) {
     // A port in use: nothing half-started stays behind (a server listening, the projection thread, the stores).
-    platformServer?.close();
+    platformServer?.server.close();
     await host.stop().catch(() => undefined);
     await closeStores({ events, reads });
     throw error;
@@ -146,8 +169,8 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
 
   let closed = false;
   return {
-    platformUrl: urlOf(platformServer),
-    memoryUrl: urlOf(memoryServer),
+    platformUrl: urlOf(platformServer.server),
+    memoryUrl: urlOf(memoryServer.server),
     events, reads, bus, projections: host, waitFor,
     pendingWaits: () => pending,
     async close() {
@@ -155,7 +178,8 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
       closed = true;
       // Requests in flight get their answers (an acknowledged write is never cut off before its response);
       // idle keep-alive connections are closed as they become idle; whatever is left after the grace period is cut.
-      await Promise.all([platformServer, memoryServer].map((s) => new Promise<void>((resolve) => {
+      await Promise.all([platformServer, memoryServer].map(({ server: s, drain }) => new Promise<void>((resolve) => {
+        drain();
         const idle = setInterval(() => s.closeIdleConnections(), 25);
         const cut = setTimeout(() => s.closeAllConnections(), config.consistencyTimeoutMs + SHUTDOWN_GRACE_MS);
         s.close(() => {

@@ -21,12 +21,17 @@ export function startupProblem(error: unknown, config: Pick<Config, 'host' | 'po
     return `MONGODB_URL: MongoDB could not be reached (${describeError(error)}); check that it is running and reachable from here`;
   }
   const { code, syscall, path, port } = error as SystemError;
+  // The address refused, whatever the port (Node's error names none when listening on 0, a free port).
+  if (syscall === 'listen' && code === 'EADDRNOTAVAIL') return `HOST ${config.host} is not an address of this machine (EADDRNOTAVAIL)`;
+  if (syscall === 'listen' && code === 'EINVAL') {
+    const zoneless = /^fe[89ab][0-9a-f]:/i.test(config.host) && !config.host.includes('%');
+    return `HOST ${config.host} cannot be listened on (EINVAL)${zoneless ? ': a link-local IPv6 address needs its zone (fe80::1%eth0)' : ''}; set HOST to an address of this machine (127.0.0.1, 0.0.0.0, ::)`;
+  }
   if (syscall === 'listen' && port !== undefined) {
     const variable = port === config.port ? 'PORT' : port === config.memoryPort ? 'MEMORY_PORT' : 'the port';
     const where = `${config.host}:${port} (${variable})`;
     if (code === 'EADDRINUSE') return `${where} is in use by another process (EADDRINUSE): stop it, or set ${variable} to a free port`;
     if (code === 'EACCES') return `listening on ${where} is not permitted (EACCES): ports below 1024 need privileges; use a higher port`;
-    if (code === 'EADDRNOTAVAIL') return `HOST ${config.host} is not an address of this machine (EADDRNOTAVAIL)`;
     return undefined;
   }
   // listen() looks HOST up when it is a name: one that does not resolve.

@@ -13,7 +13,7 @@ import { ConsistencyTimeoutError } from '../../projections/runner.js';
 import { buildOpenApi, type OpenApiInfo } from './openapi.js';
 import { headerLines } from './guard.js';
 import { badRequest, forbidden, ProblemError, type ProblemChoice } from './problem.js';
-import { mountRoutes, REQUEST_ID_PATTERN, type Mounting, type RouteDef } from './routes.js';
+import { awaitContinue, mountRoutes, REQUEST_ID_PATTERN, sendContinue, type Mounting, type RouteDef } from './routes.js';
 
 const REQUEST_ID = new RegExp(REQUEST_ID_PATTERN);
 
@@ -145,6 +145,10 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       ctx.body = problem.toProblem(requestId);
       for (const [k, v] of Object.entries(problem.extra.headers ?? {})) ctx.set(k, v);
     }
+    // A client that sent the body it announced without waiting for 100 Continue (clients wait a second or so)
+    // is answered as without Expect: the body is read and dropped after the answer, on a connection kept open,
+    // rather than left unread under a connection closed (whose reset could lose the answer).
+    if (ctx.req.readableLength > 0) sendContinue(ctx);
     if (options.log.isLevelEnabled('info')) {
       logger().info({ method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
     }
@@ -191,9 +195,17 @@ const unmetExpectations = new WeakSet<IncomingMessage>();
  * Those its HTTP parser refuses are answered here; the two it refuses after parsing (an HTTP/1.1 request
  * without Host: 400, an Expect other than 100-continue: 417) are handed to the app, which refuses them first.
  */
-export function answerClientErrors(server: Server): void {
+export function answerClientErrors(server: Server, log: Logger, service: string): void {
   // Set as a property: Node reads it on every request, though its types know it only as a createServer option.
   (server as Server & { requireHostHeader: boolean }).requireHostHeader = false;
+  // 100 Continue is sent when the body is read (see awaitContinue), not by Node at once; at once, as Node does,
+  // for a request without a body (nothing to wait for), since answering it without would close its connection.
+  server.on('checkContinue', (req: IncomingMessage, res) => {
+    const length = req.headers['content-length'];
+    if (req.headers['transfer-encoding'] !== undefined || (length !== undefined && Number(length) !== 0)) awaitContinue(req);
+    else res.writeContinue();
+    server.emit('request', req, res);
+  });
   server.on('checkExpectation', (req: IncomingMessage, res) => {
     unmetExpectations.add(req);
     server.emit('request', req, res);
@@ -209,6 +221,8 @@ export function answerClientErrors(server: Server): void {
     const requestId = randomUUID();
     const problem = new ProblemError(status, slug, detail).toProblem(requestId);
     const body = JSON.stringify(problem);
+    // The access log's line for a request that never reached the app, so the request id the client got is found.
+    if (log.isLevelEnabled('info')) log.info({ request_id: requestId, service, status, problem: slug, code: error.code }, 'request refused by the HTTP parser');
     // The headers every answer of the apps carries (see createHttpApp).
     socket.end(`HTTP/1.1 ${status} ${problem.title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\n`
       + `Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n${body}`);

@@ -317,11 +317,31 @@ const readBodyText = koaBody({
 });
 const nothing = async () => undefined;
 
+/**
+ * Requests that wait for 100 Continue before sending their body (Expect: 100-continue; see answerClientErrors,
+ * which takes them from Node instead of letting it answer 100 at once). It is sent when the body is read, so a
+ * request refused before that (credentials, route, method, browser, a declared length over the limit) is
+ * answered without its body ever being sent (curl announces bodies over 1 MiB so); Node then closes the
+ * connection, since the client may still send the body it announced.
+ */
+const awaitingContinue = new WeakSet<IncomingMessage>();
+
+export function awaitContinue(req: IncomingMessage): void {
+  awaitingContinue.add(req);
+}
+
+/** Asks a request waiting for 100 Continue for its body; nothing for any other request. */
+export function sendContinue(ctx: Koa.Context): void {
+  if (awaitingContinue.delete(ctx.req) && !ctx.res.headersSent) ctx.res.writeContinue();
+}
+
 /** The body's bytes, decompressed (see readBodyText). */
 async function readBody(ctx: Koa.Context): Promise<Buffer> {
   const encoding = ctx.req.headers['content-encoding'];
   // A recipient should take x-gzip for gzip (RFC 9110 §8.4.1.3); inflation knows only the latter.
   if (encoding !== undefined) ctx.req.headers['content-encoding'] = encoding.toLowerCase().replace(/^x-gzip$/, 'gzip');
+  // An uncompressed body declared over the limit is refused unread (raw-body): not asked for either.
+  if (encoding !== undefined || !(Number(ctx.get('Content-Length')) > BODY_LIMIT_BYTES)) sendContinue(ctx);
   try {
     await failOnAbort(ctx.req, readBodyText(ctx, nothing));
   } catch (error) {

@@ -60,3 +60,16 @@ t.test('a connection string the driver refuses, and a HOST that does not resolve
   t.equal(host.code, 1, 'exit code 1');
   t.equal(host.stderr, 'cairn: cannot start: HOST no-such-host.invalid cannot be resolved (ENOTFOUND): set HOST to an address of this machine (127.0.0.1, 0.0.0.0, ::) or a name that resolves to one\n');
 });
+
+t.test('a HOST that is not an address of this machine is one line whatever the ports, also 0 (a free port)', async (t) => {
+  // 192.0.2.1 (TEST-NET-1, RFC 5737) is nobody's address; Node's error has no port when listening on port 0.
+  for (const [what, env] of [['PORT=0', {}], ['fixed ports', { PORT: '40001', MEMORY_PORT: '40002' }]] as const) {
+    const notHere = await start({ DATA_DIR: join(parent, `not-here-${env.PORT ?? 0}`), HOST: '192.0.2.1', ...env });
+    t.equal(notHere.code, 1, `${what}: exit code 1`);
+    t.equal(notHere.stderr, 'cairn: cannot start: HOST 192.0.2.1 is not an address of this machine (EADDRNOTAVAIL)\n', `${what}: one line`);
+  }
+  // A link-local IPv6 address names no interface without its zone (fe80::1%eth0): the system refuses it as invalid.
+  const zoneless = await start({ DATA_DIR: join(parent, 'zoneless'), HOST: 'fe80::1' });
+  t.equal(zoneless.code, 1, 'a link-local address without its zone: exit code 1');
+  t.equal(zoneless.stderr, 'cairn: cannot start: HOST fe80::1 cannot be listened on (EINVAL): a link-local IPv6 address needs its zone (fe80::1%eth0); set HOST to an address of this machine (127.0.0.1, 0.0.0.0, ::)\n', 'one line');
+});
