@@ -85,6 +85,7 @@ export function healthRoutes(readiness?: () => Promise<Readiness>): RouteDef[] {
     query: AnyQuery,
     responses: { 200: { description: 'both stores answer and every projection is ready', schema: ReadinessBody } },
     errors: [403, 503],
+    errorDescriptions: { 503: 'Not ready (`not-ready`): `detail` names every reason; `head`, `max_lag`, `stores`, `thread` and `projections` as in the 200 body; no Retry-After' },
     async handler() {
       const { ready, reasons, ...state } = await readiness();
       if (ready) return { body: { status: 'ready', ...state } };

@@ -102,6 +102,8 @@ function impliedErrors(r: RouteDef): number[] {
 }
 
 function errorText(r: RouteDef, status: number): string {
+  const own = r.errorDescriptions?.[status];
+  if (own !== undefined) return own;
   const text = ERROR_TEXT[status] ?? 'Error';
   if (status === 403 && r.scope !== undefined && r.auth.includes('key')) return `${text}, or an API key without the scope \`${r.scope}\` (nor \`*\`)`;
   if (status === 503 && r.auth.includes('session')) return text + SESSION_UNAVAILABLE;

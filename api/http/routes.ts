@@ -80,6 +80,8 @@ export interface RouteDef<P extends TSchema = TSchema, Q extends TSchema = TSche
   responses: Record<number, ResponseDoc>;
   /** Problem statuses this operation can answer, for the OpenAPI document. */
   errors: number[];
+  /** What a status means for this operation, where the document's general text (one for every operation) does not fit. */
+  errorDescriptions?: Partial<Record<number, string>>;
   /** false: an operation of the spec that is routed and documented but answers 501 (see api/platform/unbuilt.ts). */
   implemented?: false;
   handler(call: Call<Static<P>, Static<Q>, Static<B>>): Promise<Reply>;

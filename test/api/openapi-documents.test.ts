@@ -259,3 +259,11 @@ t.test('the memory document requires the owner token only when one is configured
   t.strictSame(doc.paths['/healthz']!.get!.security, [], 'the probes need none either way');
   t.equal((await open.memory('/v1/search', { method: 'POST', json: { scope: { agent: 'a', user: 'u' }, query: 'x' } })).status, 200, 'and indeed none is needed');
 });
+
+t.test('/readyz documents its own 503 (not-ready), not the general text of the statuses it never answers', async (t) => {
+  for (const [name, doc] of Object.entries(documents)) {
+    const unready = doc.paths['/readyz']!.get!.responses['503'] as { description: string };
+    t.match(unready.description, /`not-ready`/, `${name}: names not-ready`);
+    t.notMatch(unready.description, /not-caught-up|event-store-unavailable|not-configured/, `${name}: and none of the others`);
+  }
+});
