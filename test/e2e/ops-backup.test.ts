@@ -301,13 +301,17 @@ t.test('a backup into a directory another backup is writing into is refused, nam
   t.ok(copier, 'the copy runs in a process of its own');
   process.kill(copier!, 'SIGSTOP');
   const frozenAt = Date.now();
+  // What the frozen copy has written (the copy's target, and its rollback journal when frozen in the middle of a write).
+  const files = () => readdirSync(dir).sort().map((name) => { const { size, mtimeMs } = statSync(join(dir, name)); return { name, size, mtimeMs }; });
+  const frozen = files();
+  t.strictSame(frozen.map((f) => f.name).filter((name) => !name.endsWith('-journal')), ['backup.lock', 'readmodels.db.partial'], 'the running backup\'s lock and copy');
   t.teardown(() => { for (const pid of copying(dir)) process.kill(pid, 'SIGKILL'); });
   const refused = await backup(dataDir, [dir, '--json']).done;
   t.equal(refused.code, 1);
   t.equal(refused.stdout, '');
   t.match(refused.stderr, new RegExp(`^error: another backup is writing into ${dir} \\(pid ${first.child.pid} on ${hostname()}, started [-0-9T:.]+Z\\): `
     + 'wait for it to end, or stop it\n$'));
-  t.strictSame(readdirSync(dir).sort(), ['backup.lock', 'readmodels.db.partial'], 'the running backup\'s files are untouched');
+  t.strictSame(files(), frozen, 'the running backup\'s files are untouched');
 
   // Its copying process holds the lock too: stopped while the backup is killed, it still keeps the directory.
   first.child.kill('SIGKILL');
