@@ -1,5 +1,5 @@
 import type Database from 'better-sqlite3';
-import { DuplicateEventIdError, StorageFullError, WrongExpectedVersionError } from './errors.js';
+import { DuplicateEventIdError, EventLogBusyError, StorageFullError, WrongExpectedVersionError } from './errors.js';
 import type { AppendResult, ExpectedRevision } from './port.js';
 
 export const SCHEMA = `
@@ -54,6 +54,7 @@ export function reviveError(error: Extract<AppendOutcome, { ok: false }>['error'
   if (error.name === 'WrongExpectedVersionError') return new WrongExpectedVersionError(error.stream!, error.expected!, error.actual!);
   if (error.name === 'DuplicateEventIdError') return new DuplicateEventIdError(error.eventId!, error.stream!);
   if (error.code === 'SQLITE_FULL') return new StorageFullError(`the event log's storage is full: ${error.message}`);
+  if (error.code?.startsWith('SQLITE_BUSY')) return new EventLogBusyError(`the event log is locked by another process: ${error.message}`);
   return Object.assign(new Error(error.message), { name: error.name });
 }
 

@@ -29,6 +29,15 @@ export class StorageFullError extends Error {
 }
 
 /**
+ * The embedded log stayed locked by another process for longer than its busy timeout (5 s: an operator's `sqlite3`
+ * session holding a write transaction, a `VACUUM`): the append was refused and nothing of it was written. Maps to 503
+ * event-store-unavailable with Retry-After; appends succeed again once the lock is released.
+ */
+export class EventLogBusyError extends Error {
+  override readonly name = 'EventLogBusyError';
+}
+
+/**
  * The event store refused the append as larger than it takes at once (EventStoreDB's MaxAppendSize, 1 MiB by default,
  * counting the events' data and metadata): nothing was written. Maps to 413.
  */
