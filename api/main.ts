@@ -1,3 +1,4 @@
+import { constants } from 'node:os';
 import { ConfigError, loadConfig, type Config } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
 import { startCairn } from './app.js';
@@ -34,14 +35,13 @@ log.info({
 }, 'cairn started');
 
 let stopping = false;
-const SIGNAL_EXIT_CODES = { SIGINT: 130, SIGTERM: 143 } as const;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {
     if (stopping) {
       // A second Ctrl-C (or a service manager's second SIGTERM) stops at once, as a kill would: acknowledged writes
       // are on disk already; requests still in flight are cut and the read models catch up at the next start.
       log.warn({ signal }, 'stopping now, without waiting for requests in flight');
-      process.exit(SIGNAL_EXIT_CODES[signal]);
+      process.exit(128 + constants.signals[signal]); // as a shell reports a process the signal ended: 130, 143
     }
     stopping = true;
     log.info({ signal }, 'stopping');

@@ -54,8 +54,11 @@ const UNSTORABLE: Record<Unstorable['kind'], string> = {
   number: 'a number too large for a 64-bit float', text: 'a string that is not well-formed Unicode (an unpaired surrogate)', key: 'a key that is not well-formed Unicode (an unpaired surrogate)',
 };
 const wellFormed = (text: string): boolean => unpairedSurrogate(text) === undefined;
-/** A number JSON cannot hold, or a string that is not well-formed Unicode. */
-const unstorable = (value: unknown): boolean => (typeof value === 'number' ? !Number.isFinite(value) : typeof value === 'string' && !wellFormed(value));
+/** What a value that is neither an object nor an array cannot be stored as: a number JSON cannot hold, a string that is not well-formed Unicode. */
+const unstorableKind = (value: unknown): Unstorable['kind'] | undefined => {
+  if (typeof value === 'number') return Number.isFinite(value) ? undefined : 'number';
+  return typeof value === 'string' && !wellFormed(value) ? 'text' : undefined;
+};
 
 /**
  * Where a value holds what cannot be stored as it is, and why, or undefined: a number that is not finite (JSON.parse
@@ -69,7 +72,7 @@ export function unstorableAt(value: unknown): Unstorable | undefined {
   let found = false;
   while (stack.length > 0 && !found) {
     const current = stack.pop();
-    if (current === null || typeof current !== 'object') found = unstorable(current);
+    if (current === null || typeof current !== 'object') found = unstorableKind(current) !== undefined;
     // A loop, not push(...children): an array of a few hundred thousand numbers fits in 1 MiB, and that many arguments overflow the stack.
     else if (Array.isArray(current)) for (const child of current) stack.push(child);
     else for (const [key, child] of Object.entries(current)) {
@@ -81,9 +84,10 @@ export function unstorableAt(value: unknown): Unstorable | undefined {
 }
 
 function pathToUnstorable(value: unknown, path: Array<string | number>): Unstorable | undefined {
-  if (typeof value === 'number' && !Number.isFinite(value)) return { path, kind: 'number' };
-  if (typeof value === 'string' && !wellFormed(value)) return { path, kind: 'text' };
-  if (value === null || typeof value !== 'object') return undefined;
+  if (value === null || typeof value !== 'object') {
+    const kind = unstorableKind(value);
+    return kind === undefined ? undefined : { path, kind };
+  }
   for (const [name, child] of Array.isArray(value) ? value.entries() : Object.entries(value)) {
     if (typeof name === 'string' && !wellFormed(name)) return { path: [...path, name], kind: 'key' };
     const found = pathToUnstorable(child, [...path, name]);

@@ -68,15 +68,15 @@ export function unaccented(token: string): string | undefined {
   return folded === token || folded === '' ? undefined : folded;
 }
 
-/** The tokens of a query, each followed by its unaccented form where it has one (see unaccented). */
+/** The unaccented forms of those tokens that have one (see unaccented). */
+function unaccentedForms(tokens: string[]): string[] {
+  return tokens.flatMap((token) => unaccented(token) ?? []);
+}
+
+/** The tokens of a query, then their unaccented forms (see unaccented). */
 export function queryTerms(query: string): string[] {
-  const out: string[] = [];
-  for (const token of split(query)) {
-    out.push(token);
-    const folded = unaccented(token);
-    if (folded !== undefined) out.push(folded);
-  }
-  return out;
+  const tokens = split(query);
+  return tokens.concat(unaccentedForms(tokens));
 }
 
 /**
@@ -86,13 +86,9 @@ export function queryTerms(query: string): string[] {
  * length for BM25 is the same as without the characters and the unaccented forms.
  */
 export function indexTerms(text: string): { terms: string[]; tokens: number } {
-  const extra: string[] = [];
-  const tokens = split(text, extra);
-  for (const token of tokens) {
-    const folded = unaccented(token);
-    if (folded !== undefined) extra.push(folded);
-  }
-  return { terms: tokens.concat(extra), tokens: tokens.length };
+  const characters: string[] = [];
+  const tokens = split(text, characters);
+  return { terms: tokens.concat(characters, unaccentedForms(tokens)), tokens: tokens.length };
 }
 
 /** The tokens of `text`; the characters of its unspaced runs longer than one go to `characters`, if given. */
