@@ -150,9 +150,12 @@ export async function startCairn(options: CairnOptions): Promise<Cairn> {
   const platformApp = createPlatformApp(deps, {
     authenticate: platformAuth.authenticate,
     waitFor,
+    sendTimeoutMs: config.sendTimeoutMs,
   }, config, log, clock, health);
   const authenticateOwner = ownerAuthenticator(config.memory.ownerToken);
-  const memoryApp = createMemoryApp(memory.routes, { authenticate: (ctx) => authenticateOwner(ctx), waitFor, jsonTypes: ['application/json'] }, config, log, health);
+  const memoryApp = createMemoryApp(memory.routes, {
+    authenticate: (ctx) => authenticateOwner(ctx), waitFor, jsonTypes: ['application/json'], sendTimeoutMs: config.sendTimeoutMs,
+  }, config, log, health);
 
   let platformServer: Listening | undefined;
   let memoryServer: Listening;

@@ -25,6 +25,12 @@ export interface Config {
     sessionMaxAgeSeconds: number;
   };
   consistencyTimeoutMs: number;
+  /**
+   * SEND_TIMEOUT_MS: how long a streamed answer (a memory export) waits for its client to take more of it before
+   * the connection is closed, as nginx's `send_timeout`: a client that stopped reading would otherwise hold the
+   * connection and the page of data waiting for it for ever.
+   */
+  sendTimeoutMs: number;
   /** PROJECTIONS_THREAD: projection runners in their own worker thread (default) or in the HTTP thread. */
   projectionsThread: boolean;
   /**
@@ -295,6 +301,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     auth: authConfig(env),
     // 0: a read whose read model is behind answers 503 at once. Bounded: a timer past 2^31 - 1 ms fires at once.
     consistencyTimeoutMs: bounded('CONSISTENCY_TIMEOUT_MS', 5000, 0, 600_000, env),
+    sendTimeoutMs: bounded('SEND_TIMEOUT_MS', 60_000, 1000, 600_000, env),
     projectionsThread: flag('PROJECTIONS_THREAD', true, env),
     projectionsNice: bounded('PROJECTIONS_NICE', 10, 0, 19, env),
     stateCacheMb: bounded('STATE_CACHE_MB', 256, 16, 65_536, env),

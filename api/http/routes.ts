@@ -1,6 +1,6 @@
 import Router, { type RouterMiddleware } from '@koa/router';
 import { isUtf8 } from 'node:buffer';
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type Koa from 'koa';
 import { HttpMethodEnum, koaBody } from 'koa-body';
@@ -46,7 +46,7 @@ export interface Reply {
    * Content-Length) and asked for one chunk ahead of what the connection has taken. The status line is sent
    * with the first chunk, so a stream that fails later cannot become a problem response: the connection is
    * destroyed (Koa pipes the body with stream.pipeline), and the client sees an incomplete answer, never
-   * complete-looking JSON.
+   * complete-looking JSON. A client that takes nothing of it for SEND_TIMEOUT_MS is cut the same way (see sendGuarded).
    */
   stream?: AsyncIterable<string>;
   /** Log position of the command's last event: sent as X-Event-Position. */
@@ -102,6 +102,39 @@ export interface Mounting {
   waitFor(projections: string[], position: number, signal?: AbortSignal): Promise<void>;
   /** Content types a JSON body may have (type-is patterns); default `application/json` and `+json` types. */
   jsonTypes?: string[];
+  /** SEND_TIMEOUT_MS, for streamed answers (see sendGuarded); default 60 s. */
+  sendTimeoutMs?: number;
+}
+
+/** The most of a streamed answer written at once: a client's progress is seen a piece at a time. */
+export const STREAM_PIECE_BYTES = 64 * 1024;
+
+/**
+ * A streamed answer's chunks as UTF-8 pieces of at most STREAM_PIECE_BYTES, destroying the response when its
+ * client takes none of it for `sendTimeoutMs`, as nginx's `send_timeout` does. A piece is asked for once the
+ * connection has taken the one before (one ahead, see Reply.stream), so the time a piece waits at `yield` is time
+ * in which the client took nothing; the time the source spends making a chunk (reading a page of the read model,
+ * waiting for a vector) is not counted. Without it, a client that stops reading (TCP keeps a zero window open
+ * indefinitely) holds the connection, and the chunk being sent (an export's page of 1,000 memories), until the
+ * server stops.
+ */
+export async function* sendGuarded(
+  chunks: AsyncIterable<string>, res: ServerResponse, sendTimeoutMs: number, onStall: () => void,
+): AsyncGenerator<Buffer> {
+  for await (const chunk of chunks) {
+    const bytes = Buffer.from(chunk);
+    for (let at = 0; at < bytes.length; at += STREAM_PIECE_BYTES) {
+      const timer = setTimeout(() => {
+        onStall();
+        res.destroy();
+      }, sendTimeoutMs);
+      try {
+        yield bytes.subarray(at, at + STREAM_PIECE_BYTES);
+      } finally {
+        clearTimeout(timer);
+      }
+    }
+  }
 }
 
 /** Mounts routes on a router in the same order everywhere: auth → validation → consistency → handler. */
@@ -163,7 +196,11 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
       if (ctx.status === 204) return;
       // Serialised here so scalar JSON values (a config value "abc", 42, null) are sent as JSON too.
       ctx.type = 'application/json';
-      if (reply.stream) ctx.body = Readable.from(reply.stream, { highWaterMark: 1 });
+      if (reply.stream) {
+        const sendTimeoutMs = mounting.sendTimeoutMs ?? 60_000;
+        const stalled = () => call.log.warn({ send_timeout_ms: sendTimeoutMs }, 'the client took none of the answer within SEND_TIMEOUT_MS: closing the connection');
+        ctx.body = Readable.from(sendGuarded(reply.stream, ctx.res, sendTimeoutMs, stalled), { highWaterMark: 1 });
+      }
       else ctx.body = JSON.stringify(reply.body ?? null);
     };
     const handler: RouterMiddleware = async (ctx) => {

@@ -1,50 +1,17 @@
-import { randomUUID as uuid } from 'node:crypto';
 import http, { type IncomingMessage } from 'node:http';
 import t from 'tap';
 import { EXPORT_CHUNK, EXPORT_READ_PAGE } from '../../api/memory/export.js';
-import { memoryIdFor, memoryStream } from '../../domain/memory/decider.js';
-import type { NewEvent } from '../../infra/eventstore/port.js';
 import { LOCAL_EMBEDDING_MODEL, LocalHashEmbedder } from '../../infra/providers/embeddings.js';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
 import { capturingLogger } from '../support/logs.js';
+import { type Exported, type Scope, seedMemories } from '../support/memory-seed.js';
 
 /**
  * GET /v1/export of scopes larger than one read page, sent as it is read: the same JSON as the whole answer
  * made at once, pages read as the client takes the answer, and a failure after the answer began cuts it.
  */
 
-type Scope = { agent: string; user: string };
-type Exported = { id: string; text: string; session: string | null; created_at: string; updated_at: string; vector?: number[]; vector_model?: string };
-
 const q = (scope: Scope) => `agent=${scope.agent}&user=${scope.user}`;
-/** About 1 KB a text, so the export is much larger than what sockets and the server buffer ahead of a paused client. */
-const textOf = (i: number, words = 120) => `memory ${i}: ${Array.from({ length: words }, (_, k) => `w${(i * 31 + k * 7) % 997}`).join(' ')}`;
-
-/**
- * Appends `count` MemoryStored events (oldest first, one millisecond apart, an hour ago) and waits for the
- * read models: much faster than as many POST /v1/memories. Returns the memories as the export shows them.
- */
-async function seed(app: TestCairn, scope: Scope, count: number, options: { words?: number; vectors?: boolean } = {}): Promise<Exported[]> {
-  const start = Date.now() - 3_600_000;
-  const memories: Exported[] = [];
-  for (let at = 0; at < count; at += 1000) {
-    const batch: NewEvent[] = [];
-    for (let i = at; i < Math.min(count, at + 1000); i++) {
-      const text = textOf(i, options.words);
-      const created = new Date(start + i).toISOString();
-      const session = i % 3 === 0 ? null : `chat-${i % 7}`;
-      memories.push({ id: memoryIdFor(text), text, session, created_at: created, updated_at: created });
-      batch.push({
-        id: uuid(), type: 'MemoryStored',
-        data: { ...scope, memory_id: memoryIdFor(text), text, session, created_at: created },
-        metadata: { correlation_id: uuid(), causation_id: uuid(), actor: 'owner', occurred_at: created },
-      });
-    }
-    await app.events.append(memoryStream(scope.agent, scope.user), batch, at === 0 ? 'no_stream' : at - 1);
-  }
-  await app.waitFor(options.vectors === false ? ['memories'] : ['memories', 'memory-vectors'], await app.events.headPosition());
-  return memories;
-}
 
 async function deleteMemory(app: TestCairn, scope: Scope, id: string): Promise<void> {
   const res = await app.memory(`/v1/memories?${q(scope)}&id=${id}`, { method: 'DELETE' });
@@ -81,7 +48,7 @@ const app = await startTestCairn(SEEDING, { log });
 t.teardown(() => app.stop());
 // Two read pages, and many chunks: 12,000 memories of about 1 KB, about 25 MB with their vectors.
 const scope = { agent: 'export', user: 'large' };
-const seeded = await seed(app, scope, EXPORT_READ_PAGE + 2_000);
+const seeded = await seedMemories(app, scope, EXPORT_READ_PAGE + 2_000);
 
 t.test('a streamed export is exactly the whole answer, across chunks and read pages, without deleted memories', async (t) => {
   t.ok(seeded.length > EXPORT_READ_PAGE && EXPORT_READ_PAGE % EXPORT_CHUNK === 0, 'more than one read page');
@@ -103,7 +70,7 @@ t.test('without embeddings, the memories are exported without vectors', async (t
   const plain = await startTestCairn({ ...SEEDING, EMBEDDINGS_PROVIDER: 'none' });
   t.teardown(() => plain.stop());
   const small = { agent: 'export', user: 'plain' };
-  const memories = await seed(plain, small, 3 * EXPORT_CHUNK + 10, { words: 5, vectors: false });
+  const memories = await seedMemories(plain, small, 3 * EXPORT_CHUNK + 10, { words: 5, vectors: false });
   await deleteMemory(plain, small, memories[EXPORT_CHUNK]!.id);
   const res = await plain.memory(`/v1/export?${q(small)}`);
   t.equal(res.status, 200);
@@ -132,7 +99,7 @@ t.test('an export reads its pages as the client takes its answer, and the proces
 t.test('a memory changed after its page was read, before its chunk was sent, is exported once, with the vector of the text it is exported with', async (t) => {
   // About 7 KB a text: the server is at most a chunk or two ahead of a paused client, far from the first page's last chunk.
   const big = { agent: 'export', user: 'changed-meanwhile' };
-  const memories = await seed(app, big, EXPORT_READ_PAGE + 1, { words: 1000 });
+  const memories = await seedMemories(app, big, EXPORT_READ_PAGE + 1, { words: 1000 });
   const [deleted, relabelled, corrected] = [memories[EXPORT_READ_PAGE - 3]!, memories[EXPORT_READ_PAGE - 2]!, memories[EXPORT_READ_PAGE - 1]!];
   const held = await heldExport(app, big);
   // In the first page, read before the answer began, in its last chunk: changed while the client holds the answer.

@@ -39,7 +39,7 @@ t.test('the defaults and ranges the tables give are the ones loadConfig applies'
     HOST: (c) => c.host, PORT: (c) => c.port, MEMORY_PORT: (c) => c.memoryPort,
     EVENTSTORE_TIMEOUT_MS: (c) => c.eventStoreTimeoutMs, MONGODB_DB: (c) => c.mongodbDb,
     AUTH_TENANT_CLAIM: (c) => c.auth.tenantClaim, AUTH_SESSION_MAX_AGE: (c) => c.auth.sessionMaxAgeSeconds,
-    CONSISTENCY_TIMEOUT_MS: (c) => c.consistencyTimeoutMs, PROJECTIONS_THREAD: (c) => c.projectionsThread,
+    CONSISTENCY_TIMEOUT_MS: (c) => c.consistencyTimeoutMs, SEND_TIMEOUT_MS: (c) => c.sendTimeoutMs, PROJECTIONS_THREAD: (c) => c.projectionsThread,
     STATE_CACHE_MB: (c) => c.stateCacheMb, PROJECTIONS_NICE: (c) => c.projectionsNice, READY_MAX_LAG: (c) => c.readyMaxLag,
     LOG_LEVEL: (c) => c.logLevel, LLM_CHAT_MODEL: (c) => c.providers.llm.chatModel,
     CHAT_MEMORY_MAX_BYTES: (c) => c.providers.llm.chatMemoryMaxBytes, LLM_TIMEOUT_MS: (c) => c.providers.llm.timeoutMs,

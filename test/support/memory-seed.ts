@@ -1,0 +1,38 @@
+import { randomUUID as uuid } from 'node:crypto';
+import { memoryIdFor, memoryStream } from '../../domain/memory/decider.js';
+import type { NewEvent } from '../../infra/eventstore/port.js';
+import type { TestCairn } from './cairn.js';
+
+export type Scope = { agent: string; user: string };
+/** A memory as GET /v1/export shows it. */
+export type Exported = { id: string; text: string; session: string | null; created_at: string; updated_at: string; vector?: number[]; vector_model?: string };
+
+/** About 7 bytes a word (120 words: about 1 KB), so exports are much larger than what sockets buffer ahead of a paused client. */
+export const textOf = (i: number, words = 120) => `memory ${i}: ${Array.from({ length: words }, (_, k) => `w${(i * 31 + k * 7) % 997}`).join(' ')}`;
+
+/**
+ * Appends `count` MemoryStored events to one scope (oldest first, one millisecond apart, an hour ago), 1,000 per
+ * append, and waits for the read models: much faster than as many POST /v1/memories. Returns the memories as the
+ * export shows them (without vectors).
+ */
+export async function seedMemories(app: TestCairn, scope: Scope, count: number, options: { words?: number; vectors?: boolean } = {}): Promise<Exported[]> {
+  const start = Date.now() - 3_600_000;
+  const memories: Exported[] = [];
+  for (let at = 0; at < count; at += 1000) {
+    const batch: NewEvent[] = [];
+    for (let i = at; i < Math.min(count, at + 1000); i++) {
+      const text = textOf(i, options.words);
+      const created = new Date(start + i).toISOString();
+      const session = i % 3 === 0 ? null : `chat-${i % 7}`;
+      memories.push({ id: memoryIdFor(text), text, session, created_at: created, updated_at: created });
+      batch.push({
+        id: uuid(), type: 'MemoryStored',
+        data: { ...scope, memory_id: memoryIdFor(text), text, session, created_at: created },
+        metadata: { correlation_id: uuid(), causation_id: uuid(), actor: 'owner', occurred_at: created },
+      });
+    }
+    await app.events.append(memoryStream(scope.agent, scope.user), batch, at === 0 ? 'no_stream' : at - 1);
+  }
+  await app.waitFor(options.vectors === false ? ['memories'] : ['memories', 'memory-vectors'], await app.events.headPosition());
+  return memories;
+}
