@@ -4,6 +4,7 @@ import {
   memoryDecider, memoryStream, normalizeText, requestFingerprint, textKey,
   type MemoryCommand, type MemoryEvent, type MemoryState,
 } from '../../domain/memory/decider.js';
+import { Type } from 'typebox';
 import type { Logger } from '../../infra/logger.js';
 import type { ChatProvider } from '../../infra/providers/chat.js';
 import { BODY_LOG_LIMIT, ProviderError } from '../../infra/providers/http.js';
@@ -295,9 +296,20 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'GET', path: '/v1/export', operationId: 'exportScope', tag: TAG, auth: ['owner'],
       summary: 'Every live memory of the scope with its vector, and the personality',
-      description: 'Live records only, oldest first; deleted memories are never exported. A `vector` is always the embedding of the exported text (absent when embeddings are not configured or the provider refused that text). Contains personal data: treat it as private. Sees every write acknowledged before the request (waits up to CONSISTENCY_TIMEOUT_MS, else 503). Streamed (chunked, no Content-Length): the memories are read page by page as the client takes the answer, so a change made meanwhile may or may not show; no memory appears twice. A failure after the answer began closes the connection before the end of the document: a client sees an incomplete answer, never a shorter document that looks complete. So does a client that takes none of the answer for SEND_TIMEOUT_MS (default 60 s).',
+      description: 'Live records only, oldest first; deleted memories are never exported. A `vector` is always the embedding of the exported text (absent when embeddings are not configured or the provider refused that text). Contains personal data: treat it as private. Sees every write acknowledged before the request (waits up to CONSISTENCY_TIMEOUT_MS, else 503). Streamed (chunked, no Content-Length): the memories are read page by page as the client takes the answer, so a change made meanwhile may or may not show; no memory appears twice. A failure after the answer began closes the connection before the end of the document: a client sees an incomplete answer, never a shorter document that looks complete. So does a client that takes none of the answer for SEND_TIMEOUT_MS (default 60 s). Compressed with gzip when the request\'s Accept-Encoding takes it.',
       query: ScopeQuery, readModels: retrieval.allReadModels(),
-      responses: { 200: { description: 'the scope\'s data', schema: ExportResponse } },
+      responses: {
+        200: {
+          description: 'the scope\'s data',
+          schema: ExportResponse,
+          headers: {
+            'Content-Encoding': {
+              description: '`gzip` when the request\'s Accept-Encoding takes gzip (e.g. `Accept-Encoding: gzip`): the same JSON, compressed (gzip level 1: less than half the size with vectors). Absent otherwise. The answer carries `Vary: Accept-Encoding` either way.',
+              schema: Type.Literal('gzip'),
+            },
+          },
+        },
+      },
       errors: READ_ERRORS,
       async handler(call) {
         const { agent, user } = call.query;

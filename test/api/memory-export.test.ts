@@ -1,4 +1,5 @@
 import http, { type IncomingMessage } from 'node:http';
+import { gunzipSync } from 'node:zlib';
 import t from 'tap';
 import { EXPORT_CHUNK, EXPORT_READ_PAGE } from '../../api/memory/export.js';
 import { LOCAL_EMBEDDING_MODEL, LocalHashEmbedder } from '../../infra/providers/embeddings.js';
@@ -22,9 +23,9 @@ const embedder = new LocalHashEmbedder();
 const withVector = (m: Exported): Exported => ({ ...m, vector: Array.from(embedder.embedOne(m.text), (x) => Number(x.toPrecision(9))), vector_model: LOCAL_EMBEDDING_MODEL });
 
 /** GET /v1/export on a connection of its own, read until its first bytes, then paused: the client holds the answer. */
-function heldExport(app: TestCairn, scope: Scope): Promise<{ res: IncomingMessage; received: Buffer[] }> {
+function heldExport(app: TestCairn, scope: Scope, headers: Record<string, string> = {}): Promise<{ res: IncomingMessage; received: Buffer[] }> {
   return new Promise((resolve, reject) => {
-    http.get(`${app.memoryUrl}/v1/export?${q(scope)}`, { agent: false }, (res) => {
+    http.get(`${app.memoryUrl}/v1/export?${q(scope)}`, { agent: false, headers }, (res) => {
       const received: Buffer[] = [];
       res.once('data', (chunk: Buffer) => {
         res.pause();
@@ -119,12 +120,41 @@ t.test('a memory changed after its page was read, before its chunk was sent, is 
   }
 });
 
+/** GET /v1/export read whole, as the bytes that came (not decompressed), on a connection of its own. */
+function rawExport(app: TestCairn, scope: Scope, headers: Record<string, string>): Promise<{ res: IncomingMessage; bytes: Buffer }> {
+  return new Promise((resolve, reject) => {
+    http.get(`${app.memoryUrl}/v1/export?${q(scope)}`, { agent: false, headers }, (res) => {
+      const received: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => received.push(chunk)).once('end', () => resolve({ res, bytes: Buffer.concat(received) })).once('error', reject);
+    }).on('error', reject);
+  });
+}
+
+t.test('an export is gzip-compressed for a client that takes gzip, and only then', async (t) => {
+  const plain = await rawExport(app, scope, {});
+  t.equal(plain.res.headers['content-encoding'], undefined);
+  t.match(plain.res.headers.vary, /accept-encoding/i, 'caches keep the two apart');
+  const zipped = await rawExport(app, scope, { 'Accept-Encoding': 'br;q=1, gzip;q=0.5' });
+  t.equal(zipped.res.headers['content-encoding'], 'gzip');
+  t.match(zipped.res.headers.vary, /accept-encoding/i);
+  t.ok(gunzipSync(zipped.bytes).equals(plain.bytes), 'the same JSON, byte for byte');
+  t.ok(zipped.bytes.length * 3 < plain.bytes.length, `smaller (${zipped.bytes.length} of ${plain.bytes.length} bytes)`);
+  for (const refused of ['gzip;q=0', 'identity', 'br', '*;q=0, identity']) {
+    const answer = await rawExport(app, scope, { 'Accept-Encoding': refused });
+    t.equal(answer.res.headers['content-encoding'], undefined, `not compressed for ${refused}`);
+    t.ok(answer.bytes.equals(plain.bytes));
+  }
+});
+
 t.test('a read that fails after the answer began cuts the connection; before, it is a problem', async (t) => {
   const held = await heldExport(app, scope);
+  const zipped = await heldExport(app, scope, { 'Accept-Encoding': 'gzip' });
   t.match(Buffer.concat(held.received).toString(), /^\{"scope":/);
-  // The read store fails (here: closed) while the client holds the answer.
+  t.equal(zipped.res.headers['content-encoding'], 'gzip');
+  // The read store fails (here: closed) while the clients hold the answers.
   await app.reads.close();
   await t.rejects(rest(held), 'the client sees an incomplete answer, not complete-looking JSON');
+  await t.rejects(rest(zipped), 'compressed too: the connection is cut before the end of the gzip stream');
   t.ok(lines.some((l) => l.level === 50 && /^export failed after its answer began/.test(l.msg)), 'logged');
   const res = await app.memory(`/v1/export?${q(scope)}`);
   t.equal(res.status, 500);
