@@ -15,8 +15,11 @@ import { Reembedder } from './memory/reembed.js';
 import type { IndexSink } from './memory/sync.js';
 import { ProjectionRunner } from './runner.js';
 
-/** `paused`: projections the host has paused (see ProjectionHost.pause), not started here until resumed. */
-const { config, logLevel, vectors, paused } = workerData as { config: Config; logLevel: string; vectors: boolean; paused: string[] };
+/**
+ * `paused`: projections the host has paused (see ProjectionHost.pause), not started here until resumed. `abandon`: set by a
+ * stopping host that waited THREAD_STOP_TIMEOUT_MS for this thread in vain (see endIfAbandoned).
+ */
+const { config, logLevel, vectors, paused, abandon } = workerData as { config: Config; logLevel: string; vectors: boolean; paused: string[]; abandon: Int32Array };
 const log = createLogger(logLevel).child({ thread: 'projections' });
 // Under load the HTTP thread and the log's writer (acknowledging writes) go first; the runners catch up
 // in the gaps, with larger and so cheaper batches.
@@ -43,7 +46,31 @@ const remote = <Batch>(sink: 'memories' | 'vectors'): IndexSink<Batch[]> => ({
   reset: async () => note({ sink, reset: true }),
 });
 
-const { events, reads } = await openStores(config, { checkpointer: true, appends: false });
+/**
+ * Ends this thread once the host has given up waiting for its stop: called before every store call and on every heartbeat,
+ * so it comes between two store calls. Ending it from here rather than being terminated from outside: a thread terminated
+ * inside a store call that then fails (SQLITE_BUSY once SQLite's busy timeout has passed) aborts the whole process.
+ * Nothing half-written stays: the store connections close with the thread, rolling back a batch left open.
+ */
+function endIfAbandoned(): void {
+  if (Atomics.load(abandon, 0) !== 0) process.exit(0);
+}
+/** `store` with endIfAbandoned before each of its methods. */
+function abandonable<T extends object>(store: T): T {
+  return new Proxy(store, {
+    get(target, key) {
+      const value: unknown = Reflect.get(target, key, target);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        endIfAbandoned();
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+}
+
+const opened = await openStores(config, { checkpointer: true, appends: false });
+const [events, reads] = [abandonable(opened.events), abandonable(opened.reads)];
 const projections = allProjections(config, {
   keys: (batch) => note({ sink: 'keys', batch }),
   memories: remote('memories'),
@@ -68,7 +95,10 @@ port.postMessage({
 } satisfies HostReport);
 pending = undefined;
 // The heartbeat: a report (empty when nothing happened) every interval, so a blocked event loop shows.
-const heartbeat = setInterval(() => report(), HEARTBEAT_INTERVAL_MS);
+const heartbeat = setInterval(() => {
+  endIfAbandoned();
+  report();
+}, HEARTBEAT_INTERVAL_MS);
 // Asked for by the HTTP thread; run here rather than there: a rebuild of 100k vectors holds an event loop ~95 ms at a time.
 const reembedder = new Reembedder(config, events, reads, log);
 

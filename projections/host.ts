@@ -230,11 +230,19 @@ export type SinkNote =
 const RESTART_DELAY_MS = 1000;
 /**
  * How long a stopping projection thread is given (its runners commit the batch being applied and store their
- * checkpoints, then it closes its stores) before it is terminated: a batch waiting on a model provider that does not
- * answer (up to LLM_TIMEOUT_MS), or an event loop held, must not hold the server's stop. Terminated, the thread
- * leaves what it had not committed to the next start, as after a crash (each checkpoint commits with its documents).
+ * checkpoints, then it closes its stores) before it is told to end wherever it is (see THREAD_EXIT_TIMEOUT_MS): an
+ * event loop held (by a store call waiting out SQLite's busy timeout on a read store another process holds locked, a
+ * slow disk) must not hold the server's stop. Ended, the thread leaves what it had not committed to the next start, as
+ * after a crash (each checkpoint commits with its documents).
  */
 export const THREAD_STOP_TIMEOUT_MS = 5000;
+/**
+ * How long a thread told to end (the `abandon` flag) has to reach its next store call or turn of its event loop, where
+ * it exits by itself; then it is terminated. Not terminated at once: terminating a thread inside a store call that then
+ * fails (SQLITE_BUSY after the 5 s busy timeout, a disk error) aborts the whole process (better-sqlite3 throwing into a
+ * terminating thread: `FATAL ERROR: v8::ToLocalChecked Empty MaybeLocal`, exit code 134). Longer than that busy timeout.
+ */
+export const THREAD_EXIT_TIMEOUT_MS = 10_000;
 
 class ThreadHost implements ProjectionHost {
   readonly mode = 'thread' as const;
@@ -251,6 +259,8 @@ class ThreadHost implements ProjectionHost {
   /** ControlRequests sent to the running thread, by id, until it answers or exits. */
   private readonly controls = new Map<number, (error?: string) => void>();
   private nextControl = 1;
+  /** Set (to 1) when a stopping thread did not stop in time: it then exits at its next safe point (see host-thread.ts). */
+  private readonly abandon = new Int32Array(new SharedArrayBuffer(4));
 
   private constructor(private readonly options: HostOptions, readonly names: readonly string[]) {
     this.progress.setMaxListeners(0);
@@ -268,7 +278,7 @@ class ThreadHost implements ProjectionHost {
 
   private launch(): Promise<void> {
     const { config, sinks, log } = this.options;
-    const worker = startWorker(import.meta.url, './host-thread', { config, logLevel: log.level, vectors: sinks.vectors !== undefined, paused: this.pauses.names });
+    const worker = startWorker(import.meta.url, './host-thread', { config, logLevel: log.level, vectors: sinks.vectors !== undefined, paused: this.pauses.names, abandon: this.abandon });
     this.worker = worker;
     return new Promise((resolve, reject) => {
       let ready = false;
@@ -388,23 +398,36 @@ class ThreadHost implements ProjectionHost {
     this.stopping = true;
     const worker = this.worker;
     if (worker) {
-      const stopped = await new Promise<boolean>((resolve) => {
-        const timer = setTimeout(() => resolve(false), THREAD_STOP_TIMEOUT_MS);
-        const done = () => {
-          clearTimeout(timer);
-          resolve(true);
-        };
-        worker.on('message', (report: HostReport) => { if (report.stopped) done(); });
-        worker.once('exit', done);
-        worker.postMessage('stop');
-      });
-      if (!stopped) {
-        this.options.log.warn({ timeout_ms: THREAD_STOP_TIMEOUT_MS },
-          'the projection thread did not stop in time (a batch waiting on a model provider, or its event loop held): terminating it; what it had not committed is applied at the next start');
+      let exited = false;
+      const exit = new Promise<void>((resolve) => worker.once('exit', () => {
+        exited = true;
+        resolve();
+      }));
+      const stopped = new Promise<void>((resolve) => worker.on('message', (report: HostReport) => { if (report.stopped) resolve(); }));
+      worker.postMessage('stop');
+      if (!(await within(Promise.race([stopped, exit]), THREAD_STOP_TIMEOUT_MS))) {
+        const { log } = this.options;
+        log.warn({ timeout_ms: THREAD_STOP_TIMEOUT_MS },
+          'the projection thread did not stop in time (its event loop held: a read store locked by another process, a slow disk): ending it at its next store call; what it had not committed is applied at the next start');
+        Atomics.store(this.abandon, 0, 1);
+        if (!(await within(exit, THREAD_EXIT_TIMEOUT_MS))) {
+          log.warn({ timeout_ms: THREAD_EXIT_TIMEOUT_MS }, 'the projection thread did not end at a store call in time either: terminating it');
+        }
       }
-      await worker.terminate();
+      if (!exited) await worker.terminate();
       this.worker = undefined;
     }
     await this.pauses.clearAll();
+  }
+}
+
+/** Whether `promise` settled within `ms`. */
+async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => { timer = setTimeout(() => resolve(false), ms); });
+  try {
+    return await Promise.race([promise.then(() => true), late]);
+  } finally {
+    clearTimeout(timer);
   }
 }
