@@ -1,6 +1,7 @@
 import { constants } from 'node:os';
 import { ConfigError, loadConfig, type Config } from '../infra/config.js';
 import { createLogger } from '../infra/logger.js';
+import { REPEATED_SIGNAL_MS } from '../infra/signals.js';
 import { startCairn } from './app.js';
 import { startupProblem } from './startup.js';
 
@@ -34,16 +35,21 @@ log.info({
   event_store: cairn.events.kind, read_store: cairn.reads.kind, data_dir: config.dataDir,
 }, 'cairn started');
 
-let stopping = false;
+/** When the first stop signal came (performance.now()); undefined while running. */
+let stoppingSince: number | undefined;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {
-    if (stopping) {
+    if (stoppingSince !== undefined) {
+      if (performance.now() - stoppingSince < REPEATED_SIGNAL_MS) {
+        log.info({ signal }, 'stop signal repeated at once: the same stop delivered twice (to npm and to the server), not a second one');
+        return;
+      }
       // A second Ctrl-C (or a service manager's second SIGTERM) stops at once, as a kill would: acknowledged writes
       // are on disk already; requests still in flight are cut and the read models catch up at the next start.
       log.warn({ signal }, 'stopping now, without waiting for requests in flight');
       process.exit(128 + constants.signals[signal]); // as a shell reports a process the signal ended: 130, 143
     }
-    stopping = true;
+    stoppingSince = performance.now();
     log.info({ signal }, 'stopping');
     cairn.close().then(() => process.exit(0), (error) => {
       log.error({ err: error }, 'error while stopping');

@@ -10,6 +10,7 @@ import type { RequestMeta } from '../commands/bus.js';
 import { loadConfig, type Config } from '../infra/config.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { ReadStore } from '../infra/readstore/port.js';
+import { REPEATED_SIGNAL_MS } from '../infra/signals.js';
 import { closeStores, openEventStore, openStores } from '../infra/stores.js';
 
 /**
@@ -107,23 +108,28 @@ type StopSignal = keyof typeof STOP_SIGNALS;
 
 /**
  * Until `release`, the first stop signal aborts `signal` instead of ending the process, with an OpsError that
- * carries `message` and the signal's exit code as the reason (a second one of the same kind ends it at once).
+ * carries `message` and the signal's exit code as the reason. Signals within REPEATED_SIGNAL_MS of it are the same
+ * stop delivered twice (to npm and to this process) and are ignored; one after that ends the process at once.
  */
 export function stopOnSignals(message: string): { signal: AbortSignal; release: () => void } {
   const abort = new AbortController();
-  const stop = (name: StopSignal) => abort.abort(new OpsError(message, STOP_SIGNALS[name]));
-  for (const name of Object.keys(STOP_SIGNALS) as StopSignal[]) process.once(name, stop);
-  return {
-    signal: abort.signal,
-    release: () => { for (const name of Object.keys(STOP_SIGNALS)) process.off(name, stop); },
-  };
+  const names = Object.keys(STOP_SIGNALS) as StopSignal[];
+  const release = () => { for (const name of names) process.off(name, stop); };
+  function stop(name: StopSignal): void {
+    if (abort.signal.aborted) return;
+    abort.abort(new OpsError(message, STOP_SIGNALS[name]));
+    // Then the signals' default action again (the process ends at once), once repeats of this one are past.
+    setTimeout(release, REPEATED_SIGNAL_MS).unref();
+  }
+  for (const name of names) process.on(name, stop);
+  return { signal: abort.signal, release };
 }
 
 /**
  * Runs `fn`, an append and the printing of what only this process knows (a new key, shown once), with the stop
  * signals held back: ended between the commit and the printing, the command would leave an active key that nobody
  * has. The first Ctrl-C, SIGTERM or SIGHUP says so on stderr and lets `fn` finish (moments, unless the event store
- * hangs); a second one of the same kind ends the process at once.
+ * hangs); another one, a second or more later, ends the process at once.
  */
 export async function finishDespiteStops<T>(what: string, fn: () => Promise<T>): Promise<T> {
   const stop = stopOnSignals(what);

@@ -6,6 +6,7 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { REPEATED_SIGNAL_MS } from '../../infra/signals.js';
 import { freePort } from '../support/net.js';
 
 const main = fileURLToPath(new URL('../../api/main.ts', import.meta.url));
@@ -14,7 +15,7 @@ const main = fileURLToPath(new URL('../../api/main.ts', import.meta.url));
  * A graceful stop waits for the requests in flight, up to CONSISTENCY_TIMEOUT_MS + 5 s. An operator who presses
  * Ctrl-C again, or a service manager that sends SIGTERM again, does not want to wait that long: the second signal
  * stops the server at once, with the signal's exit code (128 + its number), as a kill would (every acknowledged
- * write is on disk already).
+ * write is on disk already). A repeat within REPEATED_SIGNAL_MS of the first is the same stop delivered twice.
  */
 for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
   t.test(`a second ${signal} while stopping stops at once, exit code ${code}`, async (t) => {
@@ -50,6 +51,12 @@ for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
     child.kill(signal);
     await seen(/"msg":"stopping"/);
     t.equal(child.exitCode, null, 'the first signal waits for the request in flight');
+    // The same signal again at once: the same stop delivered twice (a service manager signalling npm and the server).
+    child.kill(signal);
+    await seen(/"msg":"stop signal repeated at once/);
+    t.equal(child.exitCode, null, 'a repeat within REPEATED_SIGNAL_MS is the same stop');
+    await new Promise((resolve) => setTimeout(resolve, REPEATED_SIGNAL_MS + 100));
+    t.equal(child.exitCode, null, 'still stopping gracefully');
     const exited = once(child, 'exit');
     child.kill(signal);
     const [exitCode, signalCode] = (await exited) as [number | null, string | null];
