@@ -69,5 +69,6 @@ try {
     process.exitCode = error instanceof OpsError ? error.exitCode : 1;
   }
 }
-// Stores are closed by now; don't let a stray handle (a driver's timer) keep the process alive.
-setTimeout(() => process.exit(), 2000).unref();
+// Stores are closed by now; don't let a stray handle (a driver's timer) keep the process alive. Counted from when
+// stdout has taken everything: output still on its way to a slow pipe reader (`| less`) is not cut short.
+process.stdout.write('', () => setTimeout(() => process.exit(), 2000).unref());

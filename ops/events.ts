@@ -1,40 +1,86 @@
-import type { Command } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
 import { EVENT_TYPES } from '../domain/event-types.js';
 import type { EventStore } from '../infra/eventstore/port.js';
-import { cell, jsonLine, notice, printable, quoted, writeOut } from './output.js';
+import { cell, flushOut, jsonLine, notice, printable, quoted, writeOut } from './output.js';
 import { commaList, nonNegativeInt, positiveInt, withEventLog } from './runtime.js';
 import { eventView } from './streams.js';
 
+interface TailOptions {
+  type?: string[];
+  correlation?: string[];
+  actor?: string[];
+  streamPrefix?: string[];
+  from?: number;
+  untilHead?: boolean;
+  count?: number;
+  json?: boolean;
+}
+
+/** How many events the metadata filters may pass over before the event loop gets a turn (Ctrl-C during a long search). */
+const SKIPS_PER_TURN = 512;
+
 export function eventCommands(program: Command): void {
   program.command('events').description('follow the whole event log')
-    .command('tail').description('print events as they are appended, until Ctrl-C')
+    .command('tail').description('print events as they are appended, until Ctrl-C (or, with --until-head, those up to the log\'s head)')
     .option('--type <type...>', 'only events of these types (repeatable, or comma-separated)', commaList)
-    .option('--from <position>', 'start after this log position (0 = from the beginning; default: the current head)', nonNegativeInt)
+    .option('--correlation <id...>', 'only events whose correlation_id (the request id, X-Request-Id) is one of these (repeatable, or comma-separated)', commaList)
+    .option('--actor <actor...>', 'only events whose actor is one of these, as printed: key:<key id>, user:<subject>, owner, anonymous, ops:<login>@<host> (repeatable, or comma-separated)', actorList)
+    .option('--stream-prefix <prefix>', 'only events of streams whose name starts with this, e.g. agent- (repeatable; not split at commas)', streamPrefixList)
+    .option('--from <position>', 'start after this log position (0 = from the beginning; default: the current head, or 0 with --until-head)', nonNegativeInt)
+    .option('--until-head', 'stop at the log\'s head as it was when the command started, instead of following (with the other filters: a search of the history)')
     .option('--count <n>', 'stop after this many events', positiveInt)
     .option('--json', 'print one JSON object per line')
     // A process learns that its pipe's reader has gone only when it writes (Node cannot poll for it, as GNU tail -f does).
-    .addHelpText('after', '\nTo stop after N events, use --count N: piped into `head -N`, the tail ends only when the next event comes after head has exited.')
-    .action(async (opts: { type?: string[]; from?: number; count?: number; json?: boolean }) => withEventLog(async (events) => {
+    .addHelpText('after', '\nFilters combine: an event is printed when it passes every filter given, and one of the values of each.'
+      + '\nWhat did request X do, and what did key K do, from the start of the log:'
+      + '\n  events tail --until-head --correlation X'
+      + '\n  events tail --until-head --actor key:K --type AgentCreated,ApiKeyCreated'
+      + '\nTo stop after N events, use --count N: piped into `head -N`, the tail ends only when the next event comes after head has exited.')
+    .action(async (opts: TailOptions) => withEventLog(async (events) => {
       const abort = new AbortController();
       const stop = () => abort.abort();
       process.once('SIGINT', stop);
       try {
         const head = await events.headPosition();
-        const from = opts.from ?? head;
+        // A history read from the current head would read nothing: with --until-head the default is the beginning.
+        const from = opts.from ?? (opts.untilHead ? 0 : head);
         // A position from another log (a restored backup, a mistyped number) would skip, without a word, every event
         // appended until the log reaches it: the operator would take a quiet tail for a quiet log.
-        if (from > head) notice(`note: --from ${from} is past the log's head (${head}); events up to position ${from} will not be shown`);
-        const filter = opts.type?.length ? { types: opts.type } : undefined;
-        const note = filter && (await unseenTypesNote(events, filter.types));
-        if (note) notice(`note: ${note}`);
+        if (from > head) notice(`note: --from ${from} is past the log's head (${head}); ${opts.untilHead ? 'there is nothing to show' : `events up to position ${from} will not be shown`}`);
+        const filter = opts.type?.length || opts.streamPrefix?.length ? { types: opts.type, streamPrefixes: opts.streamPrefix } : undefined;
+        // A filter that cannot match (a typo) says so: an empty answer would pass for "nothing happened".
+        const notes = [
+          opts.type && (await unseenTypesNote(events, opts.type, !opts.untilHead)),
+          opts.streamPrefix && (await unseenPrefixesNote(events, opts.streamPrefix, !opts.untilHead)),
+          opts.actor && unwrittenActorsNote(opts.actor),
+        ];
+        for (const note of notes) if (note) notice(`note: ${note}`);
+        if (opts.untilHead && from >= head) return;
+        const correlations = opts.correlation && new Set(opts.correlation);
+        const actors = opts.actor && new Set(opts.actor);
+        // --until-head: the subscription says how far it has read, also past events the filters skip, so that a
+        // search whose last match lies before the head ends there rather than waiting for an event past it.
+        const reachedHead = new AbortController();
+        const onPosition = opts.untilHead ? (position: number) => { if (position >= head) reachedHead.abort(); } : undefined;
+        const signal = opts.untilHead ? AbortSignal.any([abort.signal, reachedHead.signal]) : abort.signal;
         let seen = 0;
-        for await (const event of events.subscribeToAll(from, { filter, signal: abort.signal })) {
-          const view = eventView(event);
-          // Who caused it, as `stream show` prints it: an operator watching the log live sees who does what.
-          await writeOut(opts.json ? jsonLine(view)
-            : `${printable(`${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${cell(view.correlation_id)}  ${cell(view.actor)}  ${JSON.stringify(view.data)}`)}\n`, abort.signal);
-          if (opts.count !== undefined && ++seen >= opts.count) break;
+        let skipped = 0;
+        for await (const event of events.subscribeToAll(from, { filter, signal, onPosition })) {
+          if (opts.untilHead && event.position > head) break;
+          if ((correlations && !correlations.has(event.metadata.correlation_id)) || (actors && !actors.has(event.metadata.actor))) {
+            // The store yields without a turn of the event loop while it reads a batch: a search through a large
+            // log that finds little would otherwise hold back Ctrl-C until it is done.
+            if (++skipped % SKIPS_PER_TURN === 0) await new Promise((resolve) => setImmediate(resolve));
+          } else {
+            const view = eventView(event);
+            // Who caused it, as `stream show` prints it: an operator watching the log live sees who does what.
+            await writeOut(opts.json ? jsonLine(view)
+              : `${printable(`${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${cell(view.correlation_id)}  ${cell(view.actor)}  ${JSON.stringify(view.data)}`)}\n`, abort.signal);
+            if (opts.count !== undefined && ++seen >= opts.count) break;
+          }
+          if (opts.untilHead && event.position >= head) break;
         }
+        await flushOut(abort.signal);
       } catch (error) {
         // Ctrl-C while a reader that stopped reading held the output back: a stop like any other.
         if (!(abort.signal.aborted && error instanceof Error && error.name === 'AbortError')) throw error;
@@ -45,24 +91,57 @@ export function eventCommands(program: Command): void {
 }
 
 /**
+ * Option parser for `--actor`: as commaList, but a comma separates two actors only where the next one starts as
+ * Cairn's actors do (`key:`, `user:`, `ops:`, `owner`, `anonymous`). A session's subject is whatever the identity
+ * provider puts in `sub` (`CN=Ann,OU=Audit`), and split at each comma it would match nobody.
+ */
+export function actorList(raw: string, previous: string[] = []): string[] {
+  const actors = raw.split(/,(?=\s*(?:key:|user:|ops:|(?:owner|anonymous)\s*(?:,|$)|$))/).map((s) => s.trim()).filter(Boolean);
+  if (actors.length === 0) throw new InvalidArgumentError('expected one or more actors, comma-separated');
+  return [...previous, ...actors];
+}
+
+/** Option parser for `--stream-prefix`: repeatable, each value whole (stream names may hold commas), never empty (it would match every stream). */
+function streamPrefixList(raw: string, previous: string[] = []): string[] {
+  if (raw === '') throw new InvalidArgumentError('expected the start of a stream name, e.g. agent-');
+  return [...previous, raw];
+}
+
+/** What `--actor` names that Cairn never writes: a key id without `key:`, as an auditor may paste it from the API. */
+export function unwrittenActorsNote(actors: string[]): string | undefined {
+  const unknown = actors.filter((actor) => !/^(?:(?:key|user):.|ops:.*@|(?:owner|anonymous)$)/.test(actor));
+  if (unknown.length === 0) return undefined;
+  return `Cairn writes no actor ${alternatives(unknown)}; its actors are key:<key id>, user:<session subject>, owner, anonymous and ops:<login>@<host>`;
+}
+
+/**
  * What `--type` names that no event has shown yet (a typo, `MemoryStore` for `MemoryStored`) get on stderr before
  * the tail waits, as it still does: a new deployment may wait for its first event of a type. The embedded log says
  * whether a type has appeared from its (type, position) index, one type at a time (SQLite sorts every match of
  * several). On EventStoreDB a filtered read of $all for an absent type scans the whole log: there the types this
  * version of Cairn writes stand in for those that appeared.
  */
-async function unseenTypesNote(events: EventStore, types: string[]): Promise<string | undefined> {
-  if (events.kind !== 'embedded') return unwrittenTypesNote(types);
+async function unseenTypesNote(events: EventStore, types: string[], waiting: boolean): Promise<string | undefined> {
+  if (events.kind !== 'embedded') return unwrittenTypesNote(types, waiting);
   for (const type of types) {
     if ((await events.readAll(0, { limit: 1, filter: { types: [type] } })).length > 0) return undefined;
   }
-  return `no event of type ${alternatives(types)} in the log yet; waiting${knownTypes(types)}`;
+  return `no event of type ${alternatives(types)} in the log${waiting ? ' yet; waiting' : ''}${knownTypes(types)}`;
+}
+
+/** As unseenTypesNote, for `--stream-prefix`: on the embedded log only, where the names are indexed (see listStreams). */
+async function unseenPrefixesNote(events: EventStore, prefixes: string[], waiting: boolean): Promise<string | undefined> {
+  if (events.kind !== 'embedded') return undefined;
+  for (const prefix of prefixes) {
+    if ((await events.listStreams({ prefix, limit: 1 })).length > 0) return undefined;
+  }
+  return `no stream in the log starts with ${alternatives(prefixes)}${waiting ? ' yet; waiting' : ''}`;
 }
 
 /** The note where the log is not asked (EventStoreDB): only when none of `types` is one Cairn writes. */
-export function unwrittenTypesNote(types: string[]): string | undefined {
+export function unwrittenTypesNote(types: string[], waiting = true): string | undefined {
   if (types.some((type) => EVENT_TYPES.includes(type))) return undefined;
-  return `this version of Cairn writes no event of type ${alternatives(types)}; waiting${knownTypes(types)}`;
+  return `this version of Cairn writes no event of type ${alternatives(types)}${waiting ? '; waiting' : ''}${knownTypes(types)}`;
 }
 
 /** The list to find a near-miss in, when a name is not one Cairn writes (events of other writers may still come). */

@@ -22,6 +22,25 @@ export async function writeOut(text: string, signal?: AbortSignal): Promise<void
 }
 
 /**
+ * Waits until everything written to stdout has been handed to the system. A pipe is written asynchronously: what a
+ * slow reader (`| less`, `| ssh …`) has not taken yet waits in this process, and the CLI ends its process 2 s after
+ * its command returns (cli.ts), which would cut a long output short while the exit code says success. `signal` ends
+ * the wait for a reader that may never read again, rejecting with an AbortError, as writeOut's.
+ */
+export async function flushOut(signal?: AbortSignal): Promise<void> {
+  signal?.throwIfAborted();
+  const flushed = new Promise<void>((resolve) => process.stdout.write('', () => resolve()));
+  if (!signal) return flushed;
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<never>((_, reject) => signal.addEventListener('abort', onAbort = () => reject(signal.reason), { once: true }));
+  try {
+    await Promise.race([flushed, aborted]);
+  } finally {
+    signal.removeEventListener('abort', onAbort!);
+  }
+}
+
+/**
  * Text for a terminal: control characters written as `\uXXXX`. Event data is whatever clients sent, and
  * JSON.stringify escapes only C0: DEL and C1 stay raw, and terminals such as VTE (GNOME Terminal) and screen
  * act on C1 (U+009B is CSI), so a stored text could move the cursor and overwrite the lines an operator reads.

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { RecordedEvent } from '../infra/eventstore/port.js';
-import { count, notice, printJson, printTable, quoted, shellWord } from './output.js';
+import { count, flushOut, notice, printJson, printTable, quoted, shellWord } from './output.js';
 import { nonNegativeInt, OpsError, positiveInt, withEventLog } from './runtime.js';
 
 /**
@@ -35,6 +35,7 @@ export function streamCommands(program: Command): void {
       else printTable(streams, ['stream', 'revision', 'event_count', 'last_position', 'updated_at']);
       // With --json too (stderr keeps stdout a JSON document): a script must not take a page for the whole list.
       if (streams.length === opts.limit) notice(`more may follow: --after ${shellWord(streams.at(-1)!.stream)}`);
+      await flushOut();
     }));
 
   program.command('stream').description('inspect one stream')
@@ -53,5 +54,6 @@ export function streamCommands(program: Command): void {
       if (last < info.revision) notice(`${count(info.revision - last, 'more event')}: --from ${last + 1}`);
       // An empty page alone would pass for an empty stream, or for the end of one that has none after --from.
       else if (opts.from > info.revision) notice(`note: --from ${opts.from} is past the stream's last revision (${info.revision}); it holds ${count(info.event_count, 'event')}`);
+      await flushOut();
     }));
 }
