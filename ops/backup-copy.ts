@@ -7,8 +7,9 @@
  * checked; a failure is one line on stderr and exit code 1.
  */
 import Database from 'better-sqlite3';
-import { chmodSync, chownSync, closeSync, fsyncSync, openSync, statSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
+import { likeSource } from '../infra/backup-files.js';
 
 /**
  * Ends this process as soon as the backup's own does, however that ended (kill -9 included), so that no copy goes
@@ -33,17 +34,6 @@ function holdLock(file: string): Database.Database {
 }
 
 /**
- * The copy gets the source's permissions (and, run as root, its owner): the log holds what clients sent and API key
- * hashes, and a copy readable by more accounts than the original (SQLite creates files 0644 less the umask) would
- * leak it. Until then it is private: the umask (see below) makes SQLite create it, and its journal, 0600.
- */
-function likeSource(source: string, target: string): void {
-  const { mode, uid, gid } = statSync(source);
-  chmodSync(target, mode & 0o777);
-  if (process.getuid?.() === 0) chownSync(target, uid, gid);
-}
-
-/**
  * VACUUM INTO on a read connection copies one read transaction's snapshot: the server's writer goes on (WAL), and
  * its commits do not restart the copy, as they restart the online backup API's when made by another connection.
  */
@@ -57,6 +47,7 @@ function copy(source: string, target: string): void {
   } finally {
     db.close();
   }
+  // Until then the copy is private: the umask (see below) makes SQLite create it, and its journal, 0600.
   likeSource(source, target);
   const fd = openSync(target, 'r+');
   try {

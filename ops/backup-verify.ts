@@ -1,8 +1,9 @@
 import Database from 'better-sqlite3';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { EVENT_LOG, LEFTOVER, READ_MODELS } from '../infra/backup-files.js';
+import { digest, EVENT_LOG, LEFTOVER, MANIFEST, MANIFEST_VERSION, READ_MODELS, type Manifest } from '../infra/backup-files.js';
 import { count, notice, printJson, printTable, quoted } from './output.js';
 import { OpsError, operatorPath } from './runtime.js';
 
@@ -12,7 +13,13 @@ const NOT_RESTORABLE_EXIT_CODE = 3;
 interface Verified {
   dir: string;
   restorable: boolean;
-  files: Array<{ file: string; bytes: number; check: string }>;
+  /** Each store file as it is: its size and SHA-256, and what was found (ok, damaged, not whole, changed…). */
+  files: Array<{ file: string; bytes: number; sha256: string | null; check: string }>;
+  /**
+   * The backup's manifest (null when it has none: a backup of a version before manifests), its own SHA-256 (to compare
+   * with the one `ops backup` printed), and whether every file is the one it lists (false too when it is damaged).
+   */
+  manifest: { sha256: string; matches: boolean; cairn_version: string | null; finished_at: string | null; head: number | null } | null;
   /** The log's last position and how many events it holds (null without a readable log). */
   head: number | null;
   events: number | null;
@@ -30,21 +37,28 @@ export function verifyBackupCommand(program: Command): void {
 Reads DIR and writes nothing there. Checks that the backup finished (no backup.lock or *.partial file of a backup
 that is running or was killed), that ${EVENT_LOG} (and ${READ_MODELS}, if there) pass SQLite's full integrity_check,
 that the log is whole (positions 1 to its head without a gap, each stream's revisions from 0 without a gap, its
-streams index agreeing with its events) and that no read model's checkpoint lies past the log's end (a server
-would refuse to start on it). Run it before restoring a backup, and after copying one elsewhere.
+streams index agreeing with its events), that no read model's checkpoint lies past the log's end (a server
+would refuse to start on it), and that each file has the size and SHA-256 that ${MANIFEST} lists, and DIR
+nothing it does not list. A backup without ${MANIFEST} (taken by an earlier version) is checked without it, and
+says so on stderr. Run it before restoring a backup, and after copying one elsewhere.
 
-Exit code: 0 when the backup is restorable; 3 when it is not (after printing the report; each problem on
-stderr); 1 when DIR cannot be read.`)
-    .action((dir: string, opts: { json?: boolean }) => {
-      const result = verifyBackup(operatorPath(dir));
+Exit code: 0 when the backup is restorable and the one taken; 3 when it is not (after printing the report; each
+problem on stderr); 1 when DIR cannot be read.`)
+    .action(async (dir: string, opts: { json?: boolean }) => {
+      const result = await verifyBackup(operatorPath(dir));
       if (opts.json) printJson(result);
       else {
         printTable(result.files, ['file', 'bytes', 'check']);
         if (result.restorable) {
           process.stdout.write(`backup in ${result.dir}: restorable; the event log up to position ${result.head} (${count(result.events!, 'event')})`
             + `${result.read_models ? `, ${count(result.read_models.length, 'read model')} at or behind it` : ', no read models (rebuilt from the log at start)'}\n`);
+          if (result.manifest) {
+            process.stdout.write(`every file as backed up (by Cairn ${result.manifest.cairn_version}, finished ${result.manifest.finished_at}); `
+              + `manifest ${MANIFEST}: SHA-256 ${result.manifest.sha256}\n`);
+          }
         }
       }
+      if (!result.manifest) notice(NO_MANIFEST);
       if (!result.restorable) {
         for (const problem of result.problems) notice(`not restorable: ${problem}`);
         throw new OpsError(`${result.dir} is not a restorable backup (${count(result.problems.length, 'problem')})`, NOT_RESTORABLE_EXIT_CODE);
@@ -52,17 +66,23 @@ stderr); 1 when DIR cannot be read.`)
     });
 }
 
+/** Said of a backup without a manifest, whatever else is found: what it could not check. */
+const NO_MANIFEST = `no checksums: the backup has no ${MANIFEST} (taken by an earlier version of Cairn, or removed since), `
+  + 'so its files could not be compared with those backed up; the other checks were made';
+
 /** Opens nothing for writing: a backup checked is the same backup afterwards. */
-export function verifyBackup(dir: string): Verified {
+export async function verifyBackup(dir: string): Promise<Verified> {
   const stats = statSync(dir, { throwIfNoEntry: false });
   if (!stats) throw new OpsError(`${dir} does not exist`);
   if (!stats.isDirectory()) throw new OpsError(`${dir} is not a directory`);
   const entries = readdirSync(dir);
   const problems: string[] = [];
-  const unfinished = entries.filter((name) => LEFTOVER.has(name) && name !== EVENT_LOG && name !== READ_MODELS).sort();
+  const unfinished = entries.filter((name) => LEFTOVER.has(name) && name !== EVENT_LOG && name !== READ_MODELS && name !== MANIFEST).sort();
   if (unfinished.length > 0) {
     problems.push(`a backup is writing into it, or did not finish (killed, or its machine stopped): ${unfinished.join(', ')}; take the backup again`);
   }
+  const listing = entries.includes(MANIFEST) ? readManifest(join(dir, MANIFEST)) : undefined;
+  if (listing?.damage) problems.push(`${MANIFEST} is damaged: ${listing.damage}; the files cannot be compared with those backed up`);
   const files: Verified['files'] = [];
   let log: { head: number; events: number } | undefined;
   let readModels: Array<{ projection: string; position: number }> | undefined;
@@ -72,8 +92,14 @@ export function verifyBackup(dir: string): Verified {
       if (file === EVENT_LOG) problems.push(`no event log (${EVENT_LOG})`);
       continue;
     }
-    const checked = { file, bytes: statSync(path).size, check: 'ok' };
+    const checked: Verified['files'][number] = { file, bytes: statSync(path).size, sha256: null, check: 'ok' };
     files.push(checked);
+    try {
+      Object.assign(checked, await digest(path));
+    } catch (error) {
+      // A directory of the name, a file this account may not read: SQLite cannot open it either (below).
+      if (!(error as NodeJS.ErrnoException).code) throw error;
+    }
     try {
       const db = new Database(path, { readonly: true, fileMustExist: true });
       try {
@@ -109,7 +135,90 @@ export function verifyBackup(dir: string): Verified {
         + `but the log ends at position ${log.head}; a server would refuse to start on them (delete ${READ_MODELS}: they are rebuilt from the log at start)`);
     }
   }
-  return { dir, restorable: problems.length === 0, files, head: log?.head ?? null, events: log?.events ?? null, read_models: readModels ?? null, problems };
+  let matches = listing !== undefined && listing.damage === undefined;
+  if (listing?.manifest) {
+    const mismatches = compareWithManifest(listing.manifest, entries.filter((name) => name !== MANIFEST && !unfinished.includes(name)), files, log);
+    problems.push(...mismatches);
+    matches = mismatches.length === 0;
+  }
+  const manifest = listing && {
+    sha256: listing.sha256, matches,
+    cairn_version: listing.manifest?.cairn_version ?? null, finished_at: listing.manifest?.finished_at ?? null, head: listing.manifest?.head ?? null,
+  };
+  return {
+    dir, restorable: problems.length === 0, files, manifest: manifest ?? null,
+    head: log?.head ?? null, events: log?.events ?? null, read_models: readModels ?? null, problems,
+  };
+}
+
+/** Larger than any manifest `ops backup` writes (two files): not read whole into memory. */
+const MANIFEST_MAX_BYTES = 64 * 1024;
+
+/** The manifest as `ops backup` wrote it, its SHA-256, or why it is not one (cut short, edited, of a later format). */
+function readManifest(path: string): { sha256: string; manifest?: Manifest; damage?: string } {
+  let bytes: Buffer;
+  try {
+    if (statSync(path).size > MANIFEST_MAX_BYTES) return { sha256: '', damage: `larger than ${MANIFEST_MAX_BYTES} bytes: not a manifest of a backup` };
+    bytes = readFileSync(path);
+  } catch (error) {
+    return { sha256: '', damage: `it cannot be read (${(error as Error).message})` };
+  }
+  const sha256 = createHash('sha256').update(bytes).digest('hex');
+  let value: unknown;
+  try {
+    value = JSON.parse(bytes.toString('utf8'));
+  } catch (error) {
+    return { sha256, damage: `it is not JSON (${(error as Error).message})` };
+  }
+  const m = value as Partial<Manifest> | null;
+  if (typeof m !== 'object' || m === null || Array.isArray(m)) return { sha256, damage: 'it is not a JSON object' };
+  if (m.manifest_version !== MANIFEST_VERSION) {
+    return { sha256, damage: `its manifest_version is ${JSON.stringify(m.manifest_version)}, this version of Cairn reads ${MANIFEST_VERSION}` };
+  }
+  const natural = (n: unknown) => Number.isSafeInteger(n) && (n as number) >= 0;
+  const stores = [EVENT_LOG, READ_MODELS];
+  const filesValid = Array.isArray(m.files) && m.files.every((f: unknown) => {
+    const { file, bytes: size, sha256: hash } = (f ?? {}) as Record<string, unknown>;
+    return typeof file === 'string' && stores.includes(file) && natural(size) && typeof hash === 'string' && /^[0-9a-f]{64}$/.test(hash);
+  });
+  if (!filesValid || new Set(m.files!.map((f) => f.file)).size !== m.files!.length || !m.files!.some((f) => f.file === EVENT_LOG)) {
+    return { sha256, damage: `its files are not those of a backup (${EVENT_LOG}, and ${READ_MODELS} if copied, each once, with bytes and sha256)` };
+  }
+  if (!natural(m.head) || !natural(m.events) || typeof m.cairn_version !== 'string' || typeof m.finished_at !== 'string' || typeof m.started_at !== 'string') {
+    return { sha256, damage: 'it lacks head, events, cairn_version, started_at or finished_at' };
+  }
+  return { sha256, manifest: m as Manifest };
+}
+
+/**
+ * Each file the manifest lists, there with its size and SHA-256, and nothing else in the directory (a -wal file beside
+ * the log would change what a server reads from it; a read-models file the backup did not copy may be ahead of its
+ * log): one line per file that differs. Sets the check of each store file that is not the one backed up.
+ */
+function compareWithManifest(manifest: Manifest, present: string[], files: Verified['files'], log: { head: number } | undefined): string[] {
+  const problems: string[] = [];
+  for (const listed of manifest.files) {
+    const found = files.find((f) => f.file === listed.file);
+    if (!found) {
+      problems.push(`${listed.file} is missing: the manifest lists it (${count(listed.bytes, 'byte')})`);
+      continue;
+    }
+    const differs = found.bytes !== listed.bytes ? `${count(found.bytes, 'byte')}, the manifest says ${listed.bytes}`
+      : found.sha256 !== listed.sha256 ? `its SHA-256 is ${found.sha256 ?? 'unknown (it cannot be read)'}, the manifest says ${listed.sha256}` : undefined;
+    if (differs) {
+      problems.push(`${listed.file} is not the file backed up: ${differs}`);
+      if (found.check === 'ok') found.check = 'changed';
+    }
+  }
+  for (const name of present.filter((name) => !manifest.files.some((f) => f.file === name)).sort()) {
+    problems.push(`${quoted(name)} is not part of the backup: its manifest does not list it`);
+    const found = files.find((f) => f.file === name);
+    if (found?.check === 'ok') found.check = 'not in the manifest';
+  }
+  if (log && log.head !== manifest.head && problems.length === 0) {
+    problems.push(`the event log ends at position ${log.head}, the manifest says ${manifest.head}`);
+  }
+  return problems;
 }
 
 /** SQLite's full check (quick_check leaves out that each index agrees with its table), its first lines. */

@@ -1,21 +1,23 @@
 import Database from 'better-sqlite3';
 import { spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { chmodSync, chownSync, closeSync, existsSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, existsSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readlinkSync, renameSync, rmdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
 import { loadConfig, type Config } from '../infra/config.js';
-import { EVENT_LOG, LEFTOVER, LOCK, partial, READ_MODELS, written } from '../infra/backup-files.js';
+import { digest, EVENT_LOG, LEFTOVER, likeSource, LOCK, MANIFEST, MANIFEST_VERSION, partial, READ_MODELS, written, type Manifest } from '../infra/backup-files.js';
 import { verifyBackupCommand } from './backup-verify.js';
 import { count, notice, printJson, printTable } from './output.js';
-import { OpsError, operatorPath, requireEventLog, stopOnSignals } from './runtime.js';
+import { cairnVersion, OpsError, operatorPath, requireEventLog, stopOnSignals } from './runtime.js';
 
 interface Backup {
   dir: string;
-  files: Array<{ file: string; bytes: number }>;
+  files: Array<{ file: string; bytes: number; sha256: string }>;
+  /** The manifest written last (see MANIFEST), and its own SHA-256: recorded apart from the backup, it proves later that the manifest is unchanged. */
+  manifest: { file: string; sha256: string };
   /** Read from the copy: its last position, and how many events it holds. */
   head: number;
   events: number;
@@ -36,6 +38,10 @@ files get the permissions of those they copy (run as root, their owner too), and
 The embedded event log only: with EVENTSTORE_URL set, back EventStoreDB up with its own tools (with MONGODB_URL,
 --read-models is refused).
 
+Last, it writes ${MANIFEST}: each file's name, size and SHA-256, the log's last position, the time and the version
+of Cairn. \`ops verify-backup DIR\` compares the files with it; the manifest's own SHA-256 is printed, to be recorded
+apart from the backup.
+
 While it runs, the backup holds ${LOCK} in DIR: another backup into DIR is refused, naming its pid. What a backup
 that did not finish (kill -9, a crash, a power loss) left in DIR is removed by the next backup into it, which says so.
 
@@ -44,9 +50,10 @@ SIGHUP stopped it (and then nothing of it is left).`)
     .action(async (dir: string, opts: { readModels?: boolean; json?: boolean }) => {
       const result = await backup(operatorPath(dir), opts.readModels === true);
       if (opts.json) return printJson(result);
-      printTable(result.files, ['file', 'bytes']);
+      printTable(result.files, ['file', 'bytes', 'sha256']);
       process.stdout.write(`backup in ${result.dir}: the event log up to position ${result.head} (${count(result.events, 'event')}), `
-        + `copied in ${(result.elapsed_ms / 1000).toFixed(1)} s\n`);
+        + `copied in ${(result.elapsed_ms / 1000).toFixed(1)} s\n`
+        + `manifest ${result.manifest.file}: SHA-256 ${result.manifest.sha256}\n`);
     });
   verifyBackupCommand(program);
 }
@@ -56,7 +63,7 @@ SIGHUP stopped it (and then nothing of it is left).`)
  * them), only behind, and catch up at start. If anything fails or a stop signal comes, what was written goes.
  */
 async function backup(target: string, readModels: boolean): Promise<Backup> {
-  const started = Date.now();
+  const started = new Date();
   const config = loadConfig();
   refuseServers(config, readModels);
   requireEventLog(config.dataDir);
@@ -71,13 +78,20 @@ async function backup(target: string, readModels: boolean): Promise<Backup> {
       await copyDatabases(join(target, LOCK), files.map((file) => [join(config.dataDir, file), join(target, partial(file))]), stop.signal);
       for (const file of files) renameSync(join(target, partial(file)), join(target, file));
       const log = logFacts(join(target, EVENT_LOG));
+      const listed: Manifest['files'] = [];
+      for (const file of files) listed.push({ file, ...(await digest(join(target, file), stop.signal)) });
+      stop.signal.throwIfAborted();
+      const manifest = writeManifest(target, {
+        manifest_version: MANIFEST_VERSION, cairn_version: cairnVersion(), started_at: started.toISOString(), finished_at: new Date().toISOString(),
+        ...log, files: listed,
+      }, join(config.dataDir, EVENT_LOG));
       stop.signal.throwIfAborted();
       rmSync(join(target, LOCK));
       fsyncPath(target);
       if (taken.created) fsyncPath(dirname(target));
       return {
-        dir: target, files: files.map((file) => ({ file, bytes: statSync(join(target, file)).size })), ...log,
-        elapsed_ms: Date.now() - started, leftover_removed: taken.leftover,
+        dir: target, files: listed, manifest: { file: MANIFEST, sha256: manifest }, ...log,
+        elapsed_ms: Date.now() - started.getTime(), leftover_removed: taken.leftover,
       };
     } catch (error) {
       removeBackup(target, taken.created, files);
@@ -138,6 +152,10 @@ function takeDirectory(dir: string, dataDir: string): { created: boolean; leftov
 function prepareDirectory(dir: string, dataDir: string): boolean {
   if (!existsSync(dir)) {
     if (!existsSync(dirname(dir))) throw new OpsError(`cannot create ${dir}: ${dirname(dir)} does not exist`);
+    // (existsSync follows a symbolic link: one to a path that does not exist is there, and cannot be made a directory.)
+    if (lstatSync(dir, { throwIfNoEntry: false })?.isSymbolicLink()) {
+      throw new OpsError(`cannot create ${dir}: it is a symbolic link to ${readlinkSync(dir)}, which does not exist; create that directory, or give another DIR`);
+    }
     const { mode, uid, gid } = statSync(dataDir);
     mkdirSync(dir, { mode: 0o700 });
     try {
@@ -281,6 +299,27 @@ async function copyDatabases(lock: string, pairs: string[][], signal: AbortSigna
   } finally {
     signal.removeEventListener('abort', kill);
   }
+}
+
+/**
+ * The manifest, durably: written under a name no reader takes for it, fsynced, renamed, and the rename fsynced before
+ * the lock goes (so that no crash can leave a backup without its lock and without its manifest). It gets the
+ * permissions of the log it describes. Returns its SHA-256.
+ */
+function writeManifest(dir: string, manifest: Manifest, log: string): string {
+  const text = `${JSON.stringify(manifest, null, 2)}\n`;
+  const temp = join(dir, partial(MANIFEST));
+  const fd = openSync(temp, 'wx', 0o600);
+  try {
+    writeFileSync(fd, text);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  likeSource(log, temp);
+  renameSync(temp, join(dir, MANIFEST));
+  fsyncPath(dir);
+  return createHash('sha256').update(text).digest('hex');
 }
 
 /** A rename or a new directory entry is durable once its directory is fsynced. */

@@ -10,14 +10,13 @@ import { keyCommands } from './keys.js';
 import { projectCommands } from './projects.js';
 import { projectionCommands } from './projections.js';
 import { stdoutFailure } from './output.js';
-import { OpsError } from './runtime.js';
+import { cairnVersion, OpsError } from './runtime.js';
 import { streamCommands } from './streams.js';
 import { startupProblem } from '../api/startup.js';
 import { loadConfig } from '../infra/config.js';
 import { EventStoreTimeoutError } from '../infra/eventstore/errors.js';
 import { storeFileOf } from '../infra/stores.js';
 import { describeError } from '../projections/health.js';
-import { readFileSync } from 'node:fs';
 
 /**
  * A store server's error as the server says it when it cannot start: the drivers' messages name neither the server
@@ -31,13 +30,9 @@ function storeServerProblem(error: unknown): string | undefined {
 }
 
 /** package.json's version: the tools and the server they operate on are released together. */
-function packageVersion(): string {
-  return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
-}
-
 const program = new Command('ops')
   .description('Cairn operator tools: inspect the event log and read models, rebuild projections, bootstrap projects and keys, back up the embedded stores')
-  .version(packageVersion(), '-V, --version', 'print the version of Cairn these tools belong to')
+  .version(cairnVersion(), '-V, --version', 'print the version of Cairn these tools belong to')
   .showHelpAfterError('(add --help for usage)')
   .exitOverride();
 

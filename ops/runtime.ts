@@ -2,7 +2,7 @@ import type { TSchema } from 'typebox';
 import { ProblemError } from '../api/http/problem.js';
 import { Validator } from '../api/http/validation.js';
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { hostname, userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import { InvalidArgumentError } from 'commander';
@@ -197,4 +197,9 @@ export function commaList(raw: string, previous: string[] = []): string[] {
   const names = raw.split(',').map((s) => s.trim()).filter(Boolean);
   if (names.length === 0) throw new InvalidArgumentError('expected one or more names, comma-separated');
   return [...previous, ...names];
+}
+
+/** package.json's version (`ops --version`, backup manifests): the tools and the server they work on are released together. */
+export function cairnVersion(): string {
+  return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 }

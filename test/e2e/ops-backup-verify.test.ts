@@ -96,7 +96,8 @@ t.test('a backup taken while 8 clients write: verified, restored, and every ackn
   t.strictSame(contents(dir), before, 'verifying wrote nothing into the backup');
   const human = await ops(dataDir, ['verify-backup', dir]);
   t.equal(human.code, 0, human.stderr);
-  t.match(human.stdout, new RegExp(`^FILE +BYTES +CHECK\\nreadmodels\\.db +\\d+ +ok\\nevents\\.db +\\d+ +ok\\nbackup in ${dir}: restorable; the event log up to position ${head} \\(${head} events\\), \\d+ read models at or behind it\\n$`));
+  t.match(human.stdout, new RegExp(`^FILE +BYTES +CHECK\\nreadmodels\\.db +\\d+ +ok\\nevents\\.db +\\d+ +ok\\nbackup in ${dir}: restorable; the event log up to position ${head} \\(${head} events\\), \\d+ read models at or behind it\\n`
+    + `every file as backed up \\(by Cairn [^,]+, finished [-0-9T:.]+Z\\); manifest backup-manifest\\.json: SHA-256 [0-9a-f]{64}\\n$`));
 
   // Restored as documented: DATA_DIR pointed at the backup. Each scope holds exactly the writes acknowledged at
   // positions up to the copy's head (those acknowledged before the backup began among them), each once.
@@ -135,25 +136,30 @@ t.test('not restorable, exit code 3, each problem named, nothing written: unfini
     change(dir);
     return dir;
   };
+  // Each change also makes the file another than the one backed up, which the manifest shows (ops-backup-manifest.test.ts).
+  const changed = (file: string) => new RegExp(`^${file.replace('.', '\\.')} is not the file backed up: (\\d+ bytes|its SHA-256 is [0-9a-f]{64}), the manifest says ([0-9a-f]{64}|\\d+)$`);
   const cases: Array<{ name: string; dir: string; problems: RegExp[]; checks?: string[] }> = [
     { name: 'unfinished', dir: variant('unfinished', (dir) => { rmSync(join(dir, 'events.db')); for (const f of ['backup.lock', 'events.db.partial']) writeFileSync(join(dir, f), ''); }),
-      problems: [/^a backup is writing into it, or did not finish \(killed, or its machine stopped\): backup\.lock, events\.db\.partial; take the backup again$/, /^no event log \(events\.db\)$/],
+      problems: [/^a backup is writing into it, or did not finish \(killed, or its machine stopped\): backup\.lock, events\.db\.partial; take the backup again$/, /^no event log \(events\.db\)$/,
+        /^events\.db is missing: the manifest lists it \(\d+ bytes\)$/],
       checks: ['ok'] },
     { name: 'a page overwritten', dir: variant('damaged', (dir) => {
       const fd = openSync(join(dir, 'events.db'), 'r+');
       writeSync(fd, Buffer.alloc(64, 0xff), 0, 64, 3 * 4096 + 8);
       closeSync(fd);
-    }), problems: [/^events\.db is damaged: .+/], checks: ['ok', 'damaged'] },
+    }), problems: [/^events\.db is damaged: .+/, changed('events.db')], checks: ['ok', 'damaged'] },
     { name: 'cut short', dir: variant('cut-short', (dir) => truncateSync(join(dir, 'events.db'), 20_000)),
-      problems: [/^events\.db is damaged: .+/], checks: ['ok', 'damaged'] },
+      problems: [/^events\.db is damaged: .+/, changed('events.db')], checks: ['ok', 'damaged'] },
     { name: 'another database', dir: variant('another', (dir) => cpSync(join(dir, 'readmodels.db'), join(dir, 'events.db'))),
-      problems: [/^events\.db cannot be read: it is not a store of Cairn \(no such table: events\)$/], checks: ['ok', 'unreadable'] },
+      problems: [/^events\.db cannot be read: it is not a store of Cairn \(no such table: events\)$/, changed('events.db')], checks: ['ok', 'unreadable'] },
     { name: 'an event missing', dir: variant('gap', (dir) => write(join(dir, 'events.db'), 'DELETE FROM events WHERE position = 7')),
-      problems: [/^the event log has gaps: 399 events between positions 1 and 400$/, /^1 stream of the event log does not agree with its streams index or has revisions missing: "verify-0"$/],
+      problems: [/^the event log has gaps: 399 events between positions 1 and 400$/, /^1 stream of the event log does not agree with its streams index or has revisions missing: "verify-0"$/,
+        changed('events.db')],
       checks: ['ok', 'not whole'] },
     { name: 'read models of a longer log', dir: variant('ahead', (dir) => write(join(dir, 'readmodels.db'),
       "INSERT INTO rm_checkpoints (projection, slot, position, generation) VALUES ('memories', 'live', 401, 1), ('agents', 'live', 400, 1)")),
-    problems: [/^the read models are ahead of the event log: memories at position 401, but the log ends at position 400; a server would refuse to start on them/],
+    problems: [/^the read models are ahead of the event log: memories at position 401, but the log ends at position 400; a server would refuse to start on them/,
+      changed('readmodels.db')],
     checks: ['ahead of the log', 'ok'] },
   ];
   const states = cases.map((c) => contents(c.dir));

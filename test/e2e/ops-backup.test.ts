@@ -1,8 +1,8 @@
 import Database from 'better-sqlite3';
 import { execFileSync } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
@@ -22,7 +22,7 @@ const start = startScript;
 
 const backup = (dataDir: string, args: string[], extraEnv: NodeJS.ProcessEnv = {}) => start('ops/cli.ts', ['backup', ...args], { DATA_DIR: dataDir, ...extraEnv });
 
-interface Backup { dir: string; files: Array<{ file: string; bytes: number }>; head: number; events: number }
+interface Backup { dir: string; files: Array<{ file: string; bytes: number; sha256: string }>; head: number; events: number }
 
 const metadata = () => ({ correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() });
 const pings = (n: number) => Array.from({ length: n }, (_, i) => ({ id: randomUUID(), type: 'BackupTestPinged', data: { i }, metadata: metadata() }));
@@ -56,6 +56,8 @@ function query<T>(file: string, sql: string, ...params: unknown[]): T[] {
     db.close();
   }
 }
+
+const sha256Of = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
 
 const EVENTS = 'SELECT position, id, stream, revision, type, data, metadata, recorded_at FROM events WHERE position <= ? ORDER BY position';
 
@@ -97,10 +99,10 @@ t.test('a backup taken while the server appends: a prefix of the live log, check
   const live = join(dataDir, 'events.db');
 
   // The same facts for people as with --json: each file with its size, then where, up to which position, how long.
-  const [, bytes, dir, head, events] = /^FILE +BYTES\nevents\.db +(\d+)\nbackup in (.+): the event log up to position (\d+) \((\d+) events?\), copied in \d+\.\d s\n$/
+  const [, bytes, sha256, dir, head, events] = /^FILE +BYTES +SHA256\nevents\.db +(\d+) +([0-9a-f]{64})\nbackup in (.+): the event log up to position (\d+) \((\d+) events?\), copied in \d+\.\d s\nmanifest backup-manifest\.json: SHA-256 [0-9a-f]{64}\n$/
     .exec(logOnly.stdout) ?? [];
   t.ok(dir, logOnly.stdout);
-  const printed: Backup = { dir: dir!, files: [{ file: 'events.db', bytes: Number(bytes) }], head: Number(head), events: Number(events) };
+  const printed: Backup = { dir: dir!, files: [{ file: 'events.db', bytes: Number(bytes), sha256: sha256! }], head: Number(head), events: Number(events) };
   const copies: Array<[Run, Backup, string[]]> = [
     [logOnly, printed, ['events.db']],
     [withReadModels, JSON.parse(withReadModels.stdout) as Backup, ['readmodels.db', 'events.db']],
@@ -112,8 +114,9 @@ t.test('a backup taken while the server appends: a prefix of the live log, check
     t.equal(run.code, 0, run.stderr);
     t.equal(run.stderr, '');
     const copy = join(result.dir, 'events.db');
-    t.strictSame(readdirSync(result.dir).sort(), [...files].sort(), 'the backup is these files and nothing else (no partial copy, no journal)');
-    t.strictSame(result.files, files.map((file) => ({ file, bytes: statSync(join(result.dir, file)).size })), 'each file with its size, read models first');
+    t.strictSame(readdirSync(result.dir).sort(), [...files, 'backup-manifest.json'].sort(), 'the backup is these files and its manifest, nothing else (no partial copy, no journal)');
+    t.strictSame(result.files, files.map((file) => ({ file, bytes: statSync(join(result.dir, file)).size, sha256: sha256Of(join(result.dir, file)) })),
+      'each file with its size and SHA-256, read models first');
     t.strictSame(query(copy, 'SELECT MAX(position) AS head, COUNT(*) AS events FROM events'), [{ head: result.head, events: result.events }], 'head and count are the copy\'s');
     t.ok(result.head > before, `taken while the server appended: the copy ends at ${result.head}, the log was at ${before} when the backup started`);
 
@@ -264,7 +267,7 @@ t.test('killed with kill -9 in the middle of its copy: the next backup into the 
     'says what it removed');
   const result = JSON.parse(again.stdout) as Backup & { leftover_removed: string[] };
   t.strictSame(result.leftover_removed, removed, '--json: what it removed');
-  t.strictSame(readdirSync(dir), ['events.db'], 'the backup and nothing else');
+  t.strictSame(readdirSync(dir).sort(), ['backup-manifest.json', 'events.db'], 'the backup and nothing else');
   t.ok(copied < result.files[0]!.bytes, `killed in the middle of the copy: ${copied} of ${result.files[0]!.bytes} bytes were copied`);
   t.strictSame(query(join(dir, 'events.db'), 'PRAGMA integrity_check'), [{ integrity_check: 'ok' }]);
   const all = 'SELECT MAX(position) AS head, COUNT(*) AS events, SUM(LENGTH(data)) AS bytes FROM events';
@@ -319,6 +322,6 @@ t.test('a backup into a directory another backup is writing into is refused, nam
   const next = await backup(dataDir, [dir, '--read-models']).done;
   t.equal(next.code, 0, next.stderr);
   t.equal(next.stderr, `removed what a backup into ${dir} that did not finish (killed, or its machine stopped) left there: readmodels.db.partial\n`);
-  t.match(next.stdout, /^FILE +BYTES\nreadmodels\.db +\d+\nevents\.db +\d+\nbackup in .*: the event log up to position 3 \(3 events\)/);
-  t.strictSame(readdirSync(dir).sort(), ['events.db', 'readmodels.db']);
+  t.match(next.stdout, /^FILE +BYTES +SHA256\nreadmodels\.db +\d+ +[0-9a-f]{64}\nevents\.db +\d+ +[0-9a-f]{64}\nbackup in .*: the event log up to position 3 \(3 events\)/);
+  t.strictSame(readdirSync(dir).sort(), ['backup-manifest.json', 'events.db', 'readmodels.db']);
 });
