@@ -33,7 +33,7 @@ export function projectionCommands(program: Command): void {
 
   projections.command('status').description('checkpoint, head, lag, pause and failure of every projection')
     .option('--json', 'print JSON')
-    .addHelpText('after', `\nExit code: 0 when no projection is failing or paused, ${FAILING_EXIT_CODE} when one is failing, paused in a server or its checkpoint lies past the log's end (after printing the status), 1 when the status could not be read.`)
+    .addHelpText('after', `\nExit code: 0 when no projection is failing, paused or ahead of the log, ${FAILING_EXIT_CODE} when one is failing, paused in a server or its checkpoint lies past the log's end (after printing the status), 1 when the status could not be read.`)
     .action(async (opts: { json?: boolean }) => withStores(async ({ events, reads }) => {
       // So that projections that never ran are listed too, with lag = head.
       for (const p of known()) await reads.register(p.name, p.collections);

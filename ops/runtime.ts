@@ -54,6 +54,11 @@ export interface Stores {
 function storesConfig(options: { create?: boolean }): Config {
   const config = loadConfig();
   if (!config.eventStoreUrl && !options.create) requireEventLog(config.dataDir);
+  // Allowed (a new deployment's first project), but said: with DATA_DIR unset or mistyped, the project would go into a
+  // log no server reads, and the command would look as if it had worked.
+  if (!config.eventStoreUrl && options.create && !existsSync(join(config.dataDir, 'events.db'))) {
+    process.stderr.write(`note: no event log in ${config.dataDir}; creating a new one (set DATA_DIR to the server's data directory unless this is a new deployment)\n`);
+  }
   return config;
 }
 

@@ -30,11 +30,13 @@ export function streamCommands(program: Command): void {
     .option('--after <name>', 'start after this stream name (the last name of the previous page)')
     .option('--json', 'print JSON')
     .action(async (opts: { prefix?: string; limit: number; after?: string; json?: boolean }) => withEventLog(async (events) => {
-      const streams = await events.listStreams({ prefix: opts.prefix, limit: opts.limit, after: opts.after });
+      // One more than the page, to say whether more follow: a full page alone may be the last one.
+      const found = await events.listStreams({ prefix: opts.prefix, limit: opts.limit + 1, after: opts.after });
+      const streams = found.slice(0, opts.limit);
       if (opts.json) printJson(streams);
       else printTable(streams, ['stream', 'revision', 'event_count', 'last_position', 'updated_at']);
       // With --json too (stderr keeps stdout a JSON document): a script must not take a page for the whole list.
-      if (streams.length === opts.limit) notice(`more may follow: --after ${shellWord(streams.at(-1)!.stream)}`);
+      if (found.length > opts.limit) notice(`more follow: --after ${shellWord(streams.at(-1)!.stream)}`);
       await flushOut();
     }));
 

@@ -98,6 +98,14 @@ t.test('a DATA_DIR without an event log (a mistyped path) is refused, and left a
   t.equal(refused.code, 1);
   t.match(refused.stderr, /^error: --name: must not contain invisible/);
   t.notOk(existsSync(missing), 'a refused name creates no log');
+  // Accepted, it makes one, and says so: with DATA_DIR unset or mistyped, no server would see the project.
+  const created = await start(['projects', 'create', '--name', 'Acme', '--tenant', 'acme'], { DATA_DIR: missing }).done;
+  t.equal(created.code, 0);
+  t.match(created.stderr, /^note: no event log in .*typo; creating a new one \(set DATA_DIR to the server's data directory unless this is a new deployment\)\n$/);
+  t.ok(existsSync(join(missing, 'events.db')));
+  const again = await start(['projects', 'create', '--name', 'Acme 2', '--tenant', 'acme'], { DATA_DIR: missing }).done;
+  t.equal(again.code, 0);
+  t.equal(again.stderr, '', 'into an existing log: no note');
 });
 
 t.test('Ctrl-C on a large log: events tail stops while catching up and while its reader stalls, a rebuild stops (SIGTERM and SIGHUP too) and leaves nothing behind', async (t) => {
@@ -306,7 +314,7 @@ t.test('a page says on stderr that more follow, with --json too, and names the n
   const writer = new EmbeddedEventStore(join(dir.DATA_DIR, 'events.db'));
   const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() };
   // Names other writers of an EventStoreDB may use: a shell would split, expand or act on them, a terminal on the ESC.
-  const names = ["a$b c'd", 'b\u001b[2J', 'c-plain/1.2'];
+  const names = ["a$b c'd", 'b\u001b[2J', 'c-plain/1.2', 'd-last'];
   for (const name of names) {
     await writer.append(name, [0, 1].map((i) => ({ id: randomUUID(), type: 'OpsTestPinged', data: { i }, metadata })), 'no_stream');
   }
@@ -314,15 +322,16 @@ t.test('a page says on stderr that more follow, with --json too, and names the n
   const pages = await Promise.all([...names.map((_, i) => ['streams', 'list', '--limit', '1', ...(i > 0 ? ['--after', names[i - 1]!] : [])]),
     ['streams', 'list', '--limit', '1', '--json'], ['stream', 'show', names[0]!, '--limit', '1', '--json'], ['stream', 'show', '']]
     .map((args) => start(args, dir).done));
-  const hints = pages.slice(0, names.length).map((run) => run.stderr.match(/^more may follow: --after (.*)\n$/)?.[1]);
+  const hints = pages.slice(0, names.length).map((run) => run.stderr.match(/^more follow: --after (.*)\n$/)?.[1]);
   t.strictSame(hints.slice(0, 2), [`'a$b c'\\''d'`, String.raw`$'b\u001b[2J'`], 'quoted for a shell; the ESC as an escape');
   t.equal(hints[2], 'c-plain/1.2', 'a plain name as it is');
-  for (const [i, hint] of hints.entries()) {
+  t.equal(pages[3]!.stderr, '', 'the last page, full as it is, says nothing: nothing follows');
+  for (const [i, hint] of hints.slice(0, 3).entries()) {
     t.equal(spawnSync('bash', ['-c', `printf %s ${hint}`], { encoding: 'utf8' }).stdout, names[i], `${hint} pastes as the name`);
   }
   const [streams, events, missing] = pages.slice(names.length);
   t.equal(JSON.parse(streams!.stdout).length, 1, 'stdout holds the page as JSON');
-  t.equal(streams!.stderr, `more may follow: --after ${hints[0]}\n`);
+  t.equal(streams!.stderr, `more follow: --after ${hints[0]}\n`);
   t.equal(JSON.parse(events!.stdout).length, 1);
   t.equal(events!.stderr, '1 more event: --from 1\n');
   t.equal(missing!.code, 1);
