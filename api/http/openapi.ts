@@ -42,6 +42,7 @@ const ProblemSchema = {
     status: { type: 'integer' },
     detail: { type: 'string' },
     instance: { type: 'string', description: 'the request id' },
+    stream: { type: 'string', description: 'with `concurrency-conflict` and `stream-deleted`: the event stream of the resource the command changes' },
     errors: {
       type: 'array',
       items: {

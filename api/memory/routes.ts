@@ -41,6 +41,8 @@ type Caller = { readonly signal: AbortSignal };
 
 const TAG = 'Memory';
 const WRITE_ERRORS = [400, 401, 403, 500];
+/** The 409 of a memory command other than a store (which adds `concurrent-delete`): the memory service has no names or projects to conflict with. */
+const COMMAND_CONFLICT = { 409: 'The scope kept being changed concurrently while the command was retried (`concurrency-conflict`: send it again), or a repeat whose events are in the log elsewhere (`duplicate-request`)' };
 const READ_ERRORS = [400, 401, 403, 500, 503];
 
 /** A provider failure is a 500 with a generic body; the upstream status and body go to the log only. */
@@ -183,6 +185,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       body: PersonalityBody,
       responses: { 200: { description: 'acknowledgement with the stored personality', schema: PersonalityResponse } },
       errors: WRITE_ERRORS,
+      errorDescriptions: COMMAND_CONFLICT,
       async handler({ body, meta }) {
         check(...checkText('body.personality', body.personality, MAX_PERSONALITY_BYTES));
         const { agent, user } = body.scope;
@@ -200,6 +203,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       body: IngestBody,
       responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
       errors: [...WRITE_ERRORS, 503],
+      errorDescriptions: COMMAND_CONFLICT,
       async handler(call) {
         const { body, meta, log } = call;
         check(...checkText('body.text', body.text, MAX_TEXT_BYTES), ...checkSession(body.session));
@@ -323,6 +327,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       query: DeleteMemoryQuery,
       responses: { 200: { description: 'deleted', schema: DeleteMemoryResponse } },
       errors: [400, 401, 403, 404, 500],
+      errorDescriptions: { ...COMMAND_CONFLICT, 404: 'The scope has no live memory with this id (`not-found`)' },
       async handler({ query, meta }) {
         const { agent, user, id } = query;
         const result = await bus.handle(memoryStream(agent, user), memoryDecider,
@@ -337,6 +342,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
       query: ScopeQuery,
       responses: { 200: { description: 'what was deleted', schema: DeleteScopeResponse } },
       errors: WRITE_ERRORS,
+      errorDescriptions: COMMAND_CONFLICT,
       async handler({ query, meta }) {
         const { agent, user } = query;
         const result = await bus.handle(memoryStream(agent, user), memoryDecider, { type: 'DeleteScope', data: { agent, user, ...repeatable(meta, 'DeleteScope') } }, meta);

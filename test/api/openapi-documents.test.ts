@@ -429,3 +429,24 @@ t.test('the /readyz 503 documents the members it carries besides the problem\'s,
     t.match(schema.allOf[1].properties.head, { anyOf: [{ type: 'integer' }, { type: 'null' }] }, `${name}: head null when the event store did not answer`);
   }
 });
+
+t.test('the problem members the server sends besides RFC 9457\'s are declared, and the memory document speaks of its own objects', async (t) => {
+  // Before: a taken agent name's 409 carried `agent_id`, and concurrency-conflict / stream-deleted `stream`, undeclared.
+  const taken = (documents.platform.paths['/api/v1/agents']!.post!.responses['409'] as { content: Record<string, { schema: any }> }).content['application/problem+json']!.schema;
+  t.match(taken, { allOf: [{ $ref: '#/components/schemas/Problem' }, { properties: { agent_id: { type: 'string', format: 'uuid' } } }] });
+  for (const [name, doc] of Object.entries(documents)) {
+    t.match((doc as unknown as { components: { schemas: { Problem: any } } }).components.schemas.Problem.properties.stream, { type: 'string' }, `${name}: stream`);
+  }
+  const first = await app.platform('/agents', { method: 'POST', headers: bearer(key), json: { name: 'Holder' } });
+  const second = await app.platform('/agents', { method: 'POST', headers: bearer(key), json: { name: 'Holder' } });
+  t.equal(second.status, 409);
+  t.equal((await second.json()).agent_id, (await first.json()).agent_id, 'as sent');
+  // Before: the platform's words (objects of another project; `conflict`, e.g. a duplicate name) on the memory service.
+  for (const [path, operations] of Object.entries(documents.memory.paths)) {
+    for (const [method, op] of Object.entries(operations)) {
+      for (const [status, response] of Object.entries(op.responses)) {
+        t.notMatch((response as { description: string }).description, /another project|duplicate name|`conflict`/, `memory: ${method.toUpperCase()} ${path} ${status}`);
+      }
+    }
+  }
+});

@@ -68,6 +68,11 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       body: CreateAgentBody,
       responses: { 200: { description: 'the created agent (repeated with its Idempotency-Key: the agent that request created)', schema: AgentView } },
       errors: [400, 401, 403, 404, 409, 422, 503],
+      problemExtensions: {
+        409: Type.Object({
+          agent_id: Type.Optional(Type.String({ format: 'uuid', description: 'with `conflict` for a name that is taken: the agent holding it' })),
+        }),
+      },
       async handler({ body, principal, meta, signal }) {
         if (principal.kind !== 'key') throw new Error('unreachable');
         const projectId = body.project_id?.toLowerCase() ?? principal.project_id;
