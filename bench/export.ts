@@ -10,7 +10,8 @@
  * growth and JS heap + external (Buffer) growth, sampled every 5 ms from a collected heap (garbage included:
  * V8 collects when it sees fit), and the event-loop delay; and the latency of a probe (GET /healthz every
  * 10 ms on its own connection) while the export runs, against the same probe with no export running, in the
- * same run. Then the same export again with a full collection every 250 ms: the memory the export holds.
+ * same run. Then the same export again with a full collection every 250 ms: the memory the export holds; and once
+ * more asked for with `Accept-Encoding: gzip` (size on the wire, time, and the probe while it compresses).
  *
  * Options (env): BENCH_SIZES (default 10000,100000), BENCH_BASELINE_SECONDS (default 3).
  */
@@ -64,22 +65,23 @@ function probeLoop(state) {
   })();
   return { samples, done };
 }
-function exportOnce(path) {
+function exportOnce(path, gzip) {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
     let first, bytes = 0;
     const chunks = [];
-    http.get({ host: target.hostname, port: target.port, path }, (res) => {
+    http.get({ host: target.hostname, port: target.port, path, headers: gzip ? { 'Accept-Encoding': 'gzip' } : {} }, (res) => {
       res.on('data', (c) => { first ??= performance.now() - t0; bytes += c.length; chunks.push(c); });
-      res.on('end', () => resolve({ status: res.statusCode, ms: performance.now() - t0, first, bytes, chunks, chunked: res.headers['transfer-encoding'] === 'chunked' }));
+      res.on('end', () => resolve({ status: res.statusCode, ms: performance.now() - t0, first, bytes, chunks, chunked: res.headers['transfer-encoding'] === 'chunked', encoding: res.headers['content-encoding'] }));
       res.on('error', reject);
     }).on('error', reject);
   });
 }
 /** Checked once the probe has stopped: parsing here would stall this process's probe, not the server. */
-function count(chunks) {
+function count(chunks, encoding) {
   try {
-    const body = JSON.parse(Buffer.concat(chunks).toString());
+    const bytes = Buffer.concat(chunks);
+    const body = JSON.parse((encoding === 'gzip' ? require('node:zlib').gunzipSync(bytes) : bytes).toString());
     return { memories: body.memories.length, vectors: body.memories.filter((m) => Array.isArray(m.vector)).length };
   } catch {
     return { memories: -1, vectors: -1 };
@@ -90,11 +92,11 @@ process.on('message', async (job) => {
   const probe = probeLoop(state);
   let result = {};
   if (job.kind === 'baseline') await sleep(job.seconds * 1000);
-  else { await sleep(200); result = await exportOnce(job.path); }
+  else { await sleep(200); result = await exportOnce(job.path, job.gzip); }
   state.stop = true;
   await probe.done;
   const { chunks, ...figures } = result;
-  process.send({ ...figures, ...(chunks ? count(chunks) : {}), probes: probe.samples });
+  process.send({ ...figures, ...(chunks ? count(chunks, figures.encoding) : {}), probes: probe.samples });
 });
 `;
 
@@ -112,7 +114,7 @@ class Client {
   close() { this.child.kill(); }
 }
 
-interface ExportResult { status: number; ms: number; first: number; bytes: number; memories: number; vectors: number; chunked: boolean; probes: number[] }
+interface ExportResult { status: number; ms: number; first: number; bytes: number; memories: number; vectors: number; chunked: boolean; encoding?: string; probes: number[] }
 
 /**
  * Runs `job` on the client while sampling this (the server's) process every 5 ms: peak RSS, JS heap + external
@@ -168,10 +170,15 @@ for (const size of SIZES) {
   seeding.push(`${fmt(size)}: seeded and projected in ${ms(performance.now() - t0)} ms`);
   const r = await measured<ExportResult>(client, { kind: 'export', path });
   const held = await measured<ExportResult>(client, { kind: 'export', path }, true);
-  for (const x of [r, held]) {
+  // The same export asked for with Accept-Encoding: gzip (compressed on libuv's threads).
+  const zipped = await measured<ExportResult>(client, { kind: 'export', path, gzip: true });
+  for (const x of [r, held, zipped]) {
     if (x.status !== 200 || x.memories !== size || x.vectors !== size) out(`!! export of ${size}: status ${x.status}, ${x.memories} memories, ${x.vectors} vectors`);
   }
-  rows.push(`| ${fmt(size)} memories | ${ms(r.ms)} | ${ms(r.first)} | ${fmt(r.bytes / 2 ** 20, 1)} MiB | ${r.chunked ? 'chunked' : 'length'} | ${r.probes.length} | ${ms(percentile(r.probes, 50))} | ${ms(percentile(r.probes, 99))} | ${ms(Math.max(...r.probes))} | ${ms(r.loopMaxMs)} | ${fmt(r.rssMb, 1)} | ${fmt(r.heapMb, 1)} | ${fmt(held.heapMb, 1)} |`);
+  if (zipped.encoding !== 'gzip') out(`!! export of ${size} asked for gzip came as ${zipped.encoding ?? 'identity'}`);
+  for (const [label, x, heldMb] of [['', r, fmt(held.heapMb, 1)], [', gzip', zipped, '']] as const) {
+    rows.push(`| ${fmt(size)} memories${label} | ${ms(x.ms)} | ${ms(x.first)} | ${fmt(x.bytes / 2 ** 20, 1)} MiB | ${x.chunked ? 'chunked' : 'length'} | ${x.probes.length} | ${ms(percentile(x.probes, 50))} | ${ms(percentile(x.probes, 99))} | ${ms(Math.max(...x.probes))} | ${ms(x.loopMaxMs)} | ${fmt(x.rssMb, 1)} | ${fmt(x.heapMb, 1)} | ${heldMb} |`);
+  }
 }
 out('| export | wall ms (last byte) | first byte ms | size | framing | probes | probe p50 ms | probe p99 ms | probe max ms | event-loop max delay ms | peak RSS growth MiB | peak heap + external growth MiB | held by the export MiB (GC every 250 ms) |');
 out('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
