@@ -5,9 +5,9 @@ import { preparePrivateFile } from '../private-files.js';
 import { startWorker } from '../threads.js';
 import { openWritable, reviveError, type AppendOutcome, type AppendRequest, type SerialisedEvent } from './embedded-appender.js';
 import { appendChannelName } from './embedded-channel.js';
-import { compareStreamNames, matchesFilter, readLimit } from './port.js';
+import { compareStreamNames, eventObject, matchesFilter, readLimit } from './port.js';
 import type {
-  AppendResult, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
+  AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
 } from './port.js';
 
 interface PendingAppend extends AppendRequest {
@@ -435,7 +435,21 @@ function hasFilter(filter: SubscriptionFilter | undefined): filter is Subscripti
 }
 
 function toRecorded([position, id, stream, revision, type, data, metadata, recorded_at]: EventRow): RecordedEvent {
-  return { id, stream, revision, position, type, data: JSON.parse(data), metadata: JSON.parse(metadata), recorded_at };
+  return { id, stream, revision, position, type, data: decodeColumn(data), metadata: decodeColumn(metadata) as EventMetadata, recorded_at };
+}
+
+/**
+ * An event's data or metadata column. This store writes JSON objects; a row put in by hand (sqlite3) may hold other
+ * JSON, text that is not JSON or a blob, handed on as EventStoreDB's adapter hands on what other tools write (see
+ * eventObject), rather than failing every read (and every projection's batch) that holds it.
+ */
+function decodeColumn(column: unknown): Record<string, unknown> {
+  if (typeof column !== 'string') return eventObject(column);
+  try {
+    return eventObject(JSON.parse(column));
+  } catch {
+    return eventObject(Buffer.from(column));
+  }
 }
 
 function toStreamInfo(row: StreamRow): StreamInfo {

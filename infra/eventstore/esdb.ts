@@ -8,7 +8,7 @@ import type {
 } from '@eventstore/db-client';
 import { AppendTooLargeError, DuplicateEventIdError, EventStoreTimeoutError, StreamDeletedError, WrongExpectedVersionError } from './errors.js';
 import { redactSecrets } from '../redact.js';
-import { compareStreamNames, matchesFilter, readLimit } from './port.js';
+import { compareStreamNames, eventObject, matchesFilter, readLimit } from './port.js';
 import type {
   AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
 } from './port.js';
@@ -570,21 +570,24 @@ function toRecorded(event: EsdbRecordedEvent, strict: boolean): RecordedEvent {
     position,
     type: event.type,
     data: decodeData(event.data),
-    metadata: (decodeData(event.metadata ?? {}) as unknown) as EventMetadata,
+    metadata: decodeData(event.metadata) as EventMetadata,
     recorded_at: event.created.toISOString(),
   };
 }
 
-/** Events written by this adapter are JSON; anything else written by other tools is decoded if it can be. */
+/**
+ * Events written by this adapter are JSON objects; what other tools write is handed on as an object too (see eventObject).
+ * The client has parsed what it could: JSON data (JSON content type) and metadata that parses, into any JSON value; data
+ * of JSON content type that is not JSON comes as its text, which cannot be told from a JSON string (`{ value: text }`);
+ * the rest comes as bytes, parsed here if they are JSON text.
+ */
 function decodeData(data: unknown): Record<string, unknown> {
-  if (data instanceof Uint8Array) {
-    if (data.length === 0) return {};
-    const text = Buffer.from(data).toString('utf8');
+  if (data instanceof Uint8Array && data.length > 0) {
     try {
-      return JSON.parse(text) as Record<string, unknown>;
+      return eventObject(JSON.parse(Buffer.from(data).toString('utf8')));
     } catch {
-      return { raw: Buffer.from(data).toString('base64') };
+      // not JSON: kept as bytes
     }
   }
-  return (data ?? {}) as Record<string, unknown>;
+  return eventObject(data);
 }

@@ -32,7 +32,9 @@ export interface RecordedEvent<Data = Record<string, unknown>> {
   revision: number;
   position: number;
   type: string;
+  /** Always a JSON object (see eventObject). */
   data: Data;
+  /** Cairn's events carry every field; an event another tool wrote (EventStoreDB) may carry none (see eventObject). */
   metadata: EventMetadata;
   recorded_at: string;
 }
@@ -163,4 +165,20 @@ export function matchesFilter(event: { type: string; stream: string }, filter?: 
   if (filter.types && !filter.types.includes(event.type)) return false;
   if (filter.streamPrefixes && !filter.streamPrefixes.some((p) => event.stream.startsWith(p))) return false;
   return true;
+}
+
+/**
+ * An event's data or metadata as the port hands it out: always a JSON object, whoever wrote the event. Cairn writes
+ * objects; other tools writing to the same EventStoreDB (its web UI, scripts, other services), or a row put into the
+ * embedded log by hand, may write anything. What is not an object is kept, under one key, rather than handed on as
+ * it is (`null`, 42, an array, a string: a reader of a known type's `data.…` throws on `null`, and the embedded log's
+ * JSON.parse failed every read holding a row that is not JSON, for good):
+ * none (absent, empty bytes or text, JSON `null`) is `{}`; other JSON (a number, a string, an array, a boolean) is `{ value }`;
+ * bytes that are not JSON (binary data, text that is not JSON) are `{ raw: <base64> }`.
+ */
+export function eventObject(value: unknown): Record<string, unknown> {
+  if (value === null || value === undefined || value === '') return {};
+  if (value instanceof Uint8Array) return value.length === 0 ? {} : { raw: Buffer.from(value).toString('base64') };
+  if (typeof value === 'object' && !Array.isArray(value)) return value as Record<string, unknown>;
+  return { value };
 }
