@@ -1,4 +1,4 @@
-import type { EventStore, RecordedEvent } from '../infra/eventstore/port.js';
+import { matchesFilter, type EventStore, type RecordedEvent, type SubscriptionFilter } from '../infra/eventstore/port.js';
 import type { CollectionSpec, ProjectionWriter, ReadStore } from '../infra/readstore/port.js';
 
 /**
@@ -10,6 +10,13 @@ export interface Projection {
   name: string;
   collections: CollectionSpec[];
   canHandle: readonly string[];
+  /**
+   * The beginnings of the names of the streams it reads: its aggregates' categories (`project-`). An event of one of its
+   * types in another stream is not its: another service writing to the same EventStoreDB may name its events as Cairn
+   * does (`ProjectCreated` in `crm-project-1`), and applied, it would stop the projection on a shape it cannot store or,
+   * worse, fit and show another service's data as Cairn's. Absent: every stream (projections of tests).
+   */
+  streams?: readonly string[];
   apply(event: RecordedEvent, writer: ProjectionWriter): Promise<void>;
   /**
    * Optional I/O done before the batch's unit of work opens (e.g. computing embeddings), so the
@@ -31,4 +38,15 @@ export interface Projection {
    * (a full reload of every in-process index, for every batch lost).
    */
   committedElsewhere?(events: RecordedEvent[], generation: number, reads: ReadStore): Promise<void>;
+}
+
+/** What `projection` reads of the log: its types, in its streams. */
+export function projectionFilter(projection: Pick<Projection, 'canHandle' | 'streams'>): SubscriptionFilter {
+  return { types: [...projection.canHandle], ...(projection.streams ? { streamPrefixes: [...projection.streams] } : {}) };
+}
+
+/** The events of `batch` that `projection` reads (see projectionFilter). */
+export function relevantTo<E extends Pick<RecordedEvent, 'type' | 'stream'>>(projection: Pick<Projection, 'canHandle' | 'streams'>, batch: E[]): E[] {
+  const filter = projectionFilter(projection);
+  return batch.filter((event) => matchesFilter(event, filter));
 }

@@ -1,7 +1,7 @@
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { CheckpointInfo, ReadStore } from '../infra/readstore/port.js';
 import { projectionAhead } from './ahead.js';
-import type { Projection } from './projection.js';
+import { relevantTo, type Projection } from './projection.js';
 
 const BATCH = 1000;
 
@@ -76,7 +76,7 @@ async function rebuildFrom(
       continue;
     }
     const last = batch[batch.length - 1]!.position;
-    const relevant = batch.filter((e) => projection.canHandle.includes(e.type));
+    const relevant = relevantTo(projection, batch);
     if (relevant.length > 0) await projection.prepare?.(relevant, events, undefined, signal);
     const ok = await reads.applyBatch(name, { position, generation }, last, async (writer) => {
       for (const event of relevant) await projection.apply(event, writer);

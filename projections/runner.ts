@@ -4,7 +4,7 @@ import type { EventStore, RecordedEvent } from '../infra/eventstore/port.js';
 import type { CheckpointInfo, PauseRecord, ProjectionFailure, ReadStore } from '../infra/readstore/port.js';
 import type { Logger } from '../infra/logger.js';
 import { describeError, lagOf } from './health.js';
-import type { Projection } from './projection.js';
+import { projectionFilter, relevantTo, type Projection } from './projection.js';
 
 const BATCH = 500;
 /** How long a batch may wait for more events before it is applied. */
@@ -195,7 +195,7 @@ export class ProjectionRunner {
     try {
       const events: RecordedEvent[] = [];
       for (let after = from; after < to;) {
-        const page = await this.events.readAll(after, { limit: BATCH, filter: { types: [...this.projection.canHandle] } });
+        const page = await this.events.readAll(after, { limit: BATCH, filter: projectionFilter(this.projection) });
         events.push(...page.filter((e) => e.position <= to));
         if (page.length < BATCH) break;
         after = page[page.length - 1]!.position;
@@ -272,7 +272,7 @@ export class ProjectionRunner {
     // Only the events this projection reads come through; positions passed without one arrive via onPosition.
     const iterator = this.events.subscribeToAll(this.position, {
       signal: local.signal,
-      filter: { types: [...this.projection.canHandle] },
+      filter: projectionFilter(this.projection),
       onPosition: (position) => this.passed(position),
     })[Symbol.asyncIterator]();
     try {
@@ -321,7 +321,7 @@ export class ProjectionRunner {
 
   private async applyBatch(batch: RecordedEvent[]): Promise<boolean> {
     if (this.moved) return false;
-    const relevant = batch.filter((e) => this.projection.canHandle.includes(e.type));
+    const relevant = relevantTo(this.projection, batch);
     const last = batch[batch.length - 1]!.position;
     if (relevant.length === 0) {
       // Nothing to write: advance in memory now, store the checkpoint with the next write or within a second.

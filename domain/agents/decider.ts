@@ -3,7 +3,9 @@ import { canonicalLanguage } from './language.js';
 import { nameProblem, unpairedSurrogate } from '../shared/text.js';
 import { agentNameShapeProblem, MAX_AGENT_NAME } from './names.js';
 
-export const agentStream = (agentId: string) => `agent-${agentId}`;
+/** The category of agents' streams (`agentname-` streams are not in it). */
+export const AGENT_STREAM_PREFIX = 'agent-';
+export const agentStream = (agentId: string) => `${AGENT_STREAM_PREFIX}${agentId}`;
 /** One stream per (project, name) holds the name's reservation: names are unique within a project. */
 export const agentNameStream = (projectId: string, nameKey: string) => `agentname-${projectId}-${nameKey}`;
 

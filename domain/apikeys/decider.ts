@@ -1,7 +1,8 @@
 import { DomainError, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
 import { nameProblem } from '../shared/text.js';
 
-export const apiKeyStream = (keyId: string) => `apikey-${keyId}`;
+export const API_KEY_STREAM_PREFIX = 'apikey-';
+export const apiKeyStream = (keyId: string) => `${API_KEY_STREAM_PREFIX}${keyId}`;
 
 /** Key names follow agent names' rules (`nameProblems`), with this limit on the stored form. */
 export const MAX_API_KEY_NAME = 100;

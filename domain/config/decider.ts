@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import { DomainError, isRepeatable, type Decider, type DomainEvent } from '../shared/decider.js';
 import { unpairedSurrogate } from '../shared/text.js';
 
-export const configStream = (projectId: string) => `config-${projectId}`;
+export const CONFIG_STREAM_PREFIX = 'config-';
+export const configStream = (projectId: string) => `${CONFIG_STREAM_PREFIX}${projectId}`;
 
 /** `request_key`: the request that made the change (its Idempotency-Key, or a fresh id), so a repeat of it is recognised; absent in older logs. */
 export type ConfigValueSet = DomainEvent<'ConfigValueSet', { project_id: string; key: string; value: unknown; set_at: string; request_key?: string }>;

@@ -1,7 +1,8 @@
 import { DomainError, fold, replayOf, type Decider, type DomainEvent } from '../shared/decider.js';
 import { nameProblem } from '../shared/text.js';
 
-export const projectStream = (projectId: string) => `project-${projectId}`;
+export const PROJECT_STREAM_PREFIX = 'project-';
+export const projectStream = (projectId: string) => `${PROJECT_STREAM_PREFIX}${projectId}`;
 
 /** Project names follow agent names' rules (`nameProblems`), with this limit on the stored form. */
 export const MAX_PROJECT_NAME = 200;

@@ -1,4 +1,4 @@
-import type { ApiKeyCreated, ApiKeyRevoked, ApiKeyUsed } from '../../domain/apikeys/decider.js';
+import { API_KEY_STREAM_PREFIX, type ApiKeyCreated, type ApiKeyRevoked, type ApiKeyUsed } from '../../domain/apikeys/decider.js';
 import type { Projection } from '../projection.js';
 
 export interface ApiKeyDoc {
@@ -24,6 +24,7 @@ export const apiKeysProjection: Projection = {
   name: 'api-keys',
   collections: [{ name: 'api_keys', indexes: [['project_id', 'created_at'], ['key_hash']] }],
   canHandle: ['ApiKeyCreated', 'ApiKeyRevoked', 'ApiKeyUsed'],
+  streams: [API_KEY_STREAM_PREFIX],
   async apply(event, writer) {
     const e = event as unknown as ApiKeyCreated | ApiKeyRevoked | ApiKeyUsed;
     if (e.type === 'ApiKeyCreated') {

@@ -1,4 +1,4 @@
-import type { ConfigValueDeleted, ConfigValueSet } from '../../domain/config/decider.js';
+import { CONFIG_STREAM_PREFIX, type ConfigValueDeleted, type ConfigValueSet } from '../../domain/config/decider.js';
 import type { Projection } from '../projection.js';
 
 export interface ConfigValueDoc {
@@ -16,6 +16,7 @@ export const configProjection: Projection = {
   name: 'project-config',
   collections: [{ name: 'config_values', indexes: [['project_id', 'key']] }],
   canHandle: ['ConfigValueSet', 'ConfigValueDeleted'],
+  streams: [CONFIG_STREAM_PREFIX],
   async apply(event, writer) {
     const e = event as unknown as ConfigValueSet | ConfigValueDeleted;
     const id = configDocId(e.data.project_id, e.data.key);

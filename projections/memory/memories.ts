@@ -1,4 +1,4 @@
-import type { MemoryDeleted, MemoryStored, MemoryUpdated, ScopeDeleted } from '../../domain/memory/decider.js';
+import { MEMORY_STREAM_PREFIX, type MemoryDeleted, type MemoryStored, type MemoryUpdated, type ScopeDeleted } from '../../domain/memory/decider.js';
 import type { RecordedEvent } from '../../infra/eventstore/port.js';
 import { findAll, type ProjectionWriter, type ReadStore } from '../../infra/readstore/port.js';
 import type { LexicalIndex } from '../../infra/search/lexical.js';
@@ -65,6 +65,7 @@ export function memoriesProjection(sink?: IndexSink<RecordedEvent[]>): Projectio
     name: MEMORIES_PROJECTION,
     collections: [{ name: MEMORIES, indexes: [['agent', 'user', 'created_at']] }],
     canHandle: HANDLED,
+    streams: [MEMORY_STREAM_PREFIX],
     async apply(event, writer) {
       const e = event as unknown as Handled;
       const { agent, user } = e.data;

@@ -1,4 +1,4 @@
-import type { PersonalitySet, ScopeDeleted } from '../../domain/memory/decider.js';
+import { MEMORY_STREAM_PREFIX, type PersonalitySet, type ScopeDeleted } from '../../domain/memory/decider.js';
 import type { Projection } from '../projection.js';
 import { scopeKey } from './memories.js';
 
@@ -19,6 +19,7 @@ export const personalityProjection: Projection = {
   name: PERSONALITY_PROJECTION,
   collections: [{ name: PERSONALITY }],
   canHandle: ['PersonalitySet', 'ScopeDeleted'],
+  streams: [MEMORY_STREAM_PREFIX],
   async apply(event, writer) {
     const e = event as unknown as PersonalitySet | ScopeDeleted;
     const id = scopeKey(e.data.agent, e.data.user);

@@ -1,4 +1,4 @@
-import { textKey, type MemoryDeleted, type MemoryStored, type MemoryUpdated, type ScopeDeleted } from '../../domain/memory/decider.js';
+import { MEMORY_STREAM_PREFIX, textKey, type MemoryDeleted, type MemoryStored, type MemoryUpdated, type ScopeDeleted } from '../../domain/memory/decider.js';
 import type { EventStore, RecordedEvent } from '../../infra/eventstore/port.js';
 import { getMany, type ReadStore } from '../../infra/readstore/port.js';
 import type { Embedder } from '../../infra/providers/embeddings.js';
@@ -226,6 +226,7 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
     name: VECTORS_PROJECTION,
     collections: [{ name: VECTORS, indexes: [['agent', 'user']] }],
     canHandle: ['MemoryStored', 'MemoryUpdated', 'MemoryDeleted', 'ScopeDeleted'],
+    streams: [MEMORY_STREAM_PREFIX],
     async prepare(events, log, reads, signal) {
       const texts = events.filter((e) => e.type === 'MemoryStored' || e.type === 'MemoryUpdated') as unknown as Texted[];
       if (texts.length === 0) return;

@@ -10,6 +10,8 @@ t.test('every type a projection reads is one Cairn writes', async (t) => {
   t.ok(projections.some((p) => p.name === 'memory-vectors'), 'every projection, the optional one included');
   for (const p of projections) {
     t.strictSame(p.canHandle.filter((type) => !EVENT_TYPES.includes(type)), [], p.name);
+    // Without them it would apply events of its types from any stream, another service's on a shared EventStoreDB.
+    t.ok(p.streams && p.streams.length > 0 && p.streams.every((prefix) => /^[a-z]+-$/.test(prefix)), `${p.name} reads its stream categories only`);
   }
   t.strictSame([...EVENT_TYPES].sort(), EVENT_TYPES, 'in name order');
 });
