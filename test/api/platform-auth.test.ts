@@ -427,6 +427,17 @@ t.test('key creation: a repeat with the same Idempotency-Key is 409, and a slow 
   t.match(await again.json(), { status: 409, detail: /cannot be shown again/ });
   const other = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers, json: { name: 'another' } });
   t.equal(other.status, 409, 'a different request with that key too: it already created a key');
+  // A key that expires: its creation repeated after the expiry is still a repeat, not a request for a key expiring in
+  // the past (400 before: the expiry was checked before the repeat was recognised).
+  const expiring = { ...bearer(session), 'Idempotency-Key': 'create-key-expiring' };
+  const body = { name: 'short-lived', expires_at: new Date(now + 120_000).toISOString() };
+  t.equal((await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: expiring, json: body })).status, 200);
+  now += 180_000;
+  const late = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: expiring, json: body });
+  t.equal(late.status, 409, 'repeated after its expiry: 409');
+  t.match(await late.json(), { type: /idempotency-replay$/ });
+  const pastExpiry = await app.platform(`/projects/${projectId}/keys`, { method: 'POST', headers: { ...bearer(session), 'Idempotency-Key': 'create-key-in-the-past' }, json: body });
+  t.equal(pastExpiry.status, 400, 'a first request for a key expiring in the past is refused');
 
   // A node whose read model cannot catch up within CONSISTENCY_TIMEOUT_MS still hands out the durable key instead
   // of a 503. Its runners are stopped, so that it cannot: with them running, a 0 ms timeout races their batch

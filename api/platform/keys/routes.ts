@@ -41,18 +41,22 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
       },
       async handler({ params, body, principal, meta, signal }) {
         const project = await requireProjectForCommand(deps, principal, params.projectId);
-        const expiresAt = body.expires_at ?? null;
-        const expiry = expiresAt === null ? undefined : expiryProblem(expiresAt, clock().getTime());
-        check(...nameErrors('body.name', body.name, MAX_API_KEY_NAME), expiry === undefined ? undefined : { location: 'body.expires_at', message: expiry, value: expiresAt });
         // With an Idempotency-Key the retried request targets the same key stream; its secret cannot be
         // shown twice, so a replay answers 409 rather than handing out a key that was never stored.
-        const keyId = meta.request_key.startsWith('idem:') ? uuidv5(`${project.project_id}/${meta.request_key}`, KEY_ID_NAMESPACE) : randomUUID();
+        const repeatable = meta.request_key.startsWith('idem:');
+        const keyId = repeatable ? uuidv5(`${project.project_id}/${meta.request_key}`, KEY_ID_NAMESPACE) : randomUUID();
+        const replayed = () => new ProblemError(409, 'idempotency-replay', 'this Idempotency-Key already created a key; its secret cannot be shown again');
+        const expiresAt = body.expires_at ?? null;
+        const expiry = expiresAt === null ? undefined : expiryProblem(expiresAt, clock().getTime());
+        // The one check that depends on when it is made: a repeat sent after the key it created has expired is still a
+        // repeat (409), not an invalid request (400) that would tell a retrying client its first request was refused.
+        if (expiry !== undefined && repeatable && (await deps.events.streamInfo(apiKeyStream(keyId)))) throw replayed();
+        check(...nameErrors('body.name', body.name, MAX_API_KEY_NAME), expiry === undefined ? undefined : { location: 'body.expires_at', message: expiry, value: expiresAt });
         const { key, prefix, hash } = generateApiKey();
         const data = {
           key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name === undefined ? 'default' : nameForm(body.name),
           key_prefix: prefix, key_hash: hash, scopes: body.scopes ?? ['*'], expires_at: expiresAt === null ? null : new Date(expiresAt).toISOString(),
         };
-        const replayed = () => new ProblemError(409, 'idempotency-replay', 'this Idempotency-Key already created a key; its secret cannot be shown again');
         // The command carries the new secret's hash, so a repeat never matches the first request: it is
         // a replay (409), not the same key used for a different request (422).
         const result = await deps.bus.handle(apiKeyStream(keyId), apiKeyDecider, { type: 'CreateApiKey', data }, meta).catch((error: unknown) => {
