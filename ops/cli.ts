@@ -9,7 +9,7 @@ import { eventCommands } from './events.js';
 import { keyCommands } from './keys.js';
 import { projectCommands } from './projects.js';
 import { projectionCommands } from './projections.js';
-import { stdoutFailure } from './output.js';
+import { outputAbandoned, stdoutFailure } from './output.js';
 import { cairnVersion, OpsError } from './runtime.js';
 import { streamCommands } from './streams.js';
 import { startupProblem } from '../api/startup.js';
@@ -65,5 +65,8 @@ try {
   }
 }
 // Stores are closed by now; don't let a stray handle (a driver's timer) keep the process alive. Counted from when
-// stdout has taken everything: output still on its way to a slow pipe reader (`| less`) is not cut short.
-process.stdout.write('', () => setTimeout(() => process.exit(), 2000).unref());
+// stdout has taken everything: output still on its way to a slow pipe reader (`| less`) is not cut short, unless the
+// command was stopped (Ctrl-C on a tail whose reader stopped reading: that reader may never read again).
+const exitSoon = () => setTimeout(() => process.exit(), 2000).unref();
+if (outputAbandoned()) exitSoon();
+else process.stdout.write('', exitSoon);

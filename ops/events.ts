@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { EVENT_TYPES } from '../domain/event-types.js';
 import type { EventStore } from '../infra/eventstore/port.js';
-import { cell, flushOut, jsonLine, notice, printable, quoted, writeOut } from './output.js';
+import { abandonOutput, cell, flushOut, jsonLine, notice, printable, quoted, writeOut } from './output.js';
 import { commaList, nonNegativeInt, positiveInt, withEventLog } from './runtime.js';
 import { eventView } from './streams.js';
 
@@ -86,6 +86,8 @@ export function eventCommands(program: Command): void {
         if (!(abort.signal.aborted && error instanceof Error && error.name === 'AbortError')) throw error;
       } finally {
         process.off('SIGINT', stop);
+        // Stopped by Ctrl-C: what its reader has not taken is not waited for (the CLI ends the process at once).
+        if (abort.signal.aborted) abandonOutput();
       }
     }));
 }

@@ -21,6 +21,18 @@ export async function writeOut(text: string, signal?: AbortSignal): Promise<void
   else await new Promise((resolve) => setImmediate(resolve));
 }
 
+let abandoned = false;
+
+/** The command was stopped (Ctrl-C): output its reader has not taken is dropped rather than waited for (see cli.ts). */
+export function abandonOutput(): void {
+  abandoned = true;
+}
+
+/** Whether the process should end without waiting for stdout to take what was written (see abandonOutput). */
+export function outputAbandoned(): boolean {
+  return abandoned;
+}
+
 /**
  * Waits until everything written to stdout has been handed to the system. A pipe is written asynchronously: what a
  * slow reader (`| less`, `| ssh …`) has not taken yet waits in this process, and the CLI ends its process 2 s after
