@@ -10,6 +10,7 @@ import { PERSONALITY, PERSONALITY_PROJECTION } from '../../projections/memory/pe
 import { VECTORS, VECTORS_PROJECTION } from '../../projections/memory/vectors.js';
 import { rebuildProjection } from '../../projections/rebuild.js';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
+import { mulberry32 } from '../support/prng.js';
 
 /**
  * Property-style: a long random sequence of stores, updates, deletes, scope deletions and personality sets
@@ -24,16 +25,7 @@ type Live = { text: string; session: string | null };
 const SEED = Number(process.env.MEMORY_PROPERTY_SEED ?? 20261124);
 const STEPS = Number(process.env.MEMORY_PROPERTY_STEPS ?? 400);
 /** mulberry32: reproducible from SEED. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const prng = mulberry32;
 
 const SCOPES: Scope[] = [
   { agent: 'p', user: 'a' },

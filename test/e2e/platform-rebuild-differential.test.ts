@@ -13,6 +13,7 @@ import type { Projection } from '../../projections/projection.js';
 import { rebuildProjection } from '../../projections/rebuild.js';
 import { bearer, sessionToken, startTestCairn, type TestCairn } from '../support/cairn.js';
 import { startScript } from '../support/processes.js';
+import { mulberry32 } from '../support/prng.js';
 
 /**
  * Differential test of the platform's read models. A seeded random workload over the HTTP API (tenants, projects, API
@@ -29,16 +30,7 @@ const SEED = Number(process.env.PLATFORM_PROPERTY_SEED ?? 20260311);
 const STEPS = Number(process.env.PLATFORM_PROPERTY_STEPS ?? 200);
 
 /** mulberry32: reproducible from SEED. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const prng = mulberry32;
 
 const PLATFORM = platformProjections.map((p) => p.name);
 const TENANTS = ['t-one', 't-two', 'tenant.three'];

@@ -11,6 +11,7 @@ import { projectDecider } from '../../domain/projects/decider.js';
 import { DomainError, fold, type CommandContext, type Decider, type DomainEvent } from '../../domain/shared/decider.js';
 import { generateApiKey } from '../../infra/apikeys.js';
 import { testContext } from '../support/decider-spec.js';
+import { mulberry32 } from '../support/prng.js';
 
 const ctx = testContext();
 const scope = { agent: 'ava', user: 'u1' };
@@ -149,14 +150,7 @@ function snapshot(state: unknown): unknown {
 
 /** A small deterministic generator (mulberry32), so a failing sequence can be replayed from its seed. */
 function random(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
+  const next = mulberry32(seed);
   return { pick: <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)]!, chance: (p: number) => next() < p };
 }
 
