@@ -324,7 +324,8 @@ export class CommandBus {
         const writing = each.flatMap((d, i) => (d.newEvents
           ? [{ i, stream: streams[i]!, events: d.newEvents, expected: d.expected, expectedLastEventId: d.entry.lastEventId }]
           : []));
-        const appends = writing.map(({ stream, events, expected, expectedLastEventId }) => ({ stream, events, expected, expectedLastEventId }));
+        const repeat = isRepeatable(meta.request_key);
+        const appends = writing.map(({ stream, events, expected, expectedLastEventId }) => ({ stream, events, expected, expectedLastEventId, repeat }));
         // Decided on a state that includes appends still on their way: a store that cannot check the last
         // event id gets this append only once those succeeded (if one fails, this one is decided again). So
         // does every store when a step that appends nothing was decided on such a state: its decision stands

@@ -8,7 +8,7 @@ import type {
 } from '@eventstore/db-client';
 import { AppendTooLargeError, DuplicateEventIdError, EventStoreTimeoutError, StreamDeletedError, WrongExpectedVersionError } from './errors.js';
 import { redactSecrets } from '../redact.js';
-import { compareStreamNames, eventObject, matchesFilter, readLimit } from './port.js';
+import { compareStreamNames, eventObject, matchesFilter, readLimit, REPEAT_LOOKBACK } from './port.js';
 import type {
   AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent, RecordedEvent, StreamAppend, StreamInfo, SubscribeOptions, SubscriptionFilter,
 } from './port.js';
@@ -126,11 +126,11 @@ export class EsdbEventStore implements EventStore {
 
   async appendAll(appends: StreamAppend[]): Promise<AppendResult[]> {
     const results: AppendResult[] = [];
-    for (const { stream, events, expected } of appends) results.push(await this.append(stream, events, expected));
+    for (const { stream, events, expected, repeat } of appends) results.push(await this.append(stream, events, expected, { repeat }));
     return results;
   }
 
-  async append(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+  async append(stream: string, events: NewEvent[], expected: ExpectedRevision, options: Pick<StreamAppend, 'repeat'> = {}): Promise<AppendResult> {
     if (this.closed) throw new Error('event store is closed');
     // An empty append would still write a record in ESDB; check the expectation without writing.
     if (events.length === 0) return this.checkOnly(stream, expected);
@@ -145,7 +145,37 @@ export class EsdbEventStore implements EventStore {
     // changes after the call would be written as changed. Take the events' JSON now (refusing what is not JSON), as the
     // embedded store does.
     const recorded = events.map((e): NewEvent => ({ ...e, data: JSON.parse(JSON.stringify(e.data)), metadata: JSON.parse(JSON.stringify(e.metadata)) }));
+    if (options.repeat) {
+      const found = await this.foundInStream(stream, recorded);
+      if (found) return found;
+    }
     return this.answerInTime(stream, this.write(stream, recorded, expected));
+  }
+
+  /**
+   * The events of a possible repeat where the stream's last REPEAT_LOOKBACK events hold them, answered as the embedded
+   * log answers a replay (their last one's revision and position, `written: false`; DuplicateEventIdError when it holds
+   * only some of them, or not in a row), or undefined when it holds none of them. The server recognises an append of ids it holds
+   * only at the revision they were first written at: appended at the stream's current revision, after later events,
+   * they would be written again.
+   */
+  private async foundInStream(stream: string, events: NewEvent[]): Promise<AppendResult | undefined> {
+    // The stream's last REPEAT_LOOKBACK events, read backwards from its end: a retry comes soon after its request.
+    const read = await drainStream(this.track(this.client.readStream(stream, { fromRevision: END, direction: BACKWARDS, maxCount: REPEAT_LOOKBACK })),
+      this.bound('readStream', stream)).catch((error: unknown) => {
+      throw isErrorOfType(error, ErrorType.STREAM_DELETED) ? new StreamDeletedError(stream, { cause: error }) : error;
+    });
+    const held = read.flatMap((resolved) => (resolved.event ? [toRecorded(resolved.event, false)] : [])).reverse();
+    const at = held.findIndex((e) => e.id === events[0]!.id);
+    if (at < 0) {
+      const taken = events.find((e) => held.some((h) => h.id === e.id));
+      if (taken) throw new DuplicateEventIdError(taken.id, stream);
+      return undefined;
+    }
+    const misplaced = events.find((e, i) => held[at + i]?.id !== e.id);
+    if (misplaced) throw new DuplicateEventIdError(events[0]!.id, stream);
+    const last = held[at + events.length - 1]!;
+    return { revision: last.revision, position: last.position || await this.headPosition(), written: false };
   }
 
   private async write(stream: string, events: NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
@@ -467,6 +497,7 @@ export class EsdbEventStore implements EventStore {
     await this.client.dispose();
   }
 }
+
 
 /**
  * ESDB filters on one thing only, so the server gets the narrower criterion (exact types as an

@@ -92,7 +92,22 @@ export interface StreamAppend {
    * not-yet-committed append (which may still fail) from the stream another writer moved to the same revision.
    */
   expectedLastEventId?: string;
+  /**
+   * The append may repeat one made before by a request the client can send again (its Idempotency-Key gives its events
+   * the first request's ids), wherever the stream has moved since. A store without an index of event ids (EventStoreDB
+   * recognises a repeated append only at the revision it was first written at) looks for them among the stream's last
+   * events first (REPEAT_LOOKBACK) and, where it holds them, writes nothing and answers as a replay (`written: false`).
+   * The embedded log finds any id it holds, and ignores this.
+   */
+  repeat?: boolean;
 }
+
+/**
+ * How many of a stream's last events a store without an index of event ids (EventStoreDB) looks through for a repeated
+ * append's: a request repeated after more later events on its stream than this is written again (as a new change).
+ * Bounded, because the look is one read per command sent with an Idempotency-Key, first requests included.
+ */
+export const REPEAT_LOOKBACK = 256;
 
 export interface EventStore {
   readonly kind: 'embedded' | 'esdb';

@@ -9,6 +9,7 @@ import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { DuplicateEventIdError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
 import { compareStreamNames, type AppendResult, type EventStore, type RecordedEvent } from '../../infra/eventstore/port.js';
 import { newEvent, runWriter, type Ack, type WriterPlan } from './fixtures/writers.js';
+import { EsdbStandin } from '../support/esdb-standin.js';
 import { tempDir } from '../support/temp.js';
 
 /** What the contract needs to know about one adapter under test. */
@@ -634,6 +635,23 @@ t.test('embedded: a read-only store object in the same process (the projection t
   t.strictSame(seen.map((e) => e.position), Array.from({ length: 600 }, (_, i) => i + 1), 'every event once, in log order');
   t.strictSame(seen, await writer.readAll(0, { limit: 1000 }), 'the same events as the log');
 });
+
+/*
+ * EsdbEventStore on the stand-in for EventStoreDB (test/support/esdb-standin.ts), whether or not EVENTSTORE_URL is set:
+ * the stand-in is not a server, but it answers the client's calls as one does. Twice: as a server since 21.10 with its
+ * system projections running (the client appends through BatchAppend, which such servers list among their features;
+ * link events in $streams, $ce-* and $et-* follow each append, and streams are listed from $streams), and as a server
+ * without them answering the unary Append (streams are listed by scanning $all).
+ */
+for (const batchAppend of [true, false]) {
+  t.test(`esdb stand-in (${batchAppend ? 'BatchAppend, system projections' : 'Append, no system projections'})`, async (t) => {
+    const { EsdbEventStore } = await import('../../infra/eventstore/esdb.js');
+    const esdb = await EsdbStandin.start(t);
+    esdb.batchAppend = batchAppend;
+    esdb.systemProjections = batchAppend;
+    await eventStoreContract(t, async () => ({ store: new EsdbEventStore(esdb.url), fresh: true }));
+  });
+}
 
 const eventStoreUrl = process.env.EVENTSTORE_URL;
 if (eventStoreUrl) {

@@ -10,7 +10,9 @@ import type { ExpectedRevision } from '../../infra/eventstore/port.js';
  * EsdbEventStore against a stand-in for EventStoreDB: an HTTP/2 server that answers the gRPC calls these tests
  * make the way the server does (streams/Append, streams/BatchAppend, streams/Read of a stream or of $all), its
  * messages built with the client's own protobuf classes. It holds streams in memory, refuses an append whose
- * expected revision does not match, and can hold tombstoned streams, answer as a server before 22.6 does, or
+ * expected revision does not match, answers a repeated append as the server's commit check does (idempotent only where
+ * the expectation puts its ids), records each event's creation time, can run the server's standard system projections
+ * (link events in $streams, $ce-* and $et-*), and can hold tombstoned streams, answer as a server before 22.6 does, or
  * leave calls unanswered (a server that hangs, or a connection half open). It serves subscriptions to $all (catch-up,
  * then live, with the server's event-type and stream-name filters), and `write` puts events there as other tools
  * write them: any content type, data and custom metadata bytes, `$` system streams and link events.
@@ -30,12 +32,16 @@ const STATUS = { OK: 0, INVALID_ARGUMENT: 3, DEADLINE_EXCEEDED: 4, ALREADY_EXIST
 export const READ = '/event_store.client.streams.Streams/Read';
 
 /** An event as the server holds it: `metadata` is its custom metadata (the bytes a client sent, JSON or not, or none). */
-interface StoredEvent { id: string; type: string; contentType: string; data: Uint8Array; metadata: Uint8Array; position: bigint }
+interface StoredEvent { id: string; type: string; contentType: string; data: Uint8Array; metadata: Uint8Array; position: bigint; created: number }
 interface Message { serializeBinary(): Uint8Array }
 
 export class EsdbStandin extends EventEmitter {
   readonly streams = new Map<string, StoredEvent[]>();
   readonly tombstoned = new Set<string>();
+  /** Every event of every stream, in $all (position) order. */
+  private readonly all: Array<{ name: string; revision: number; e: StoredEvent }> = [];
+  /** Whether the server's standard system projections run (see project()), as with `--run-projections=All` and `--start-standard-projections`. */
+  systemProjections = false;
   /** Whether ServerFeatures lists BatchAppend, which the client then appends through. */
   batchAppend = false;
   /** Every call is accepted and never answered (the server-features call before the first append included). */
@@ -84,22 +90,49 @@ export class EsdbStandin extends EventEmitter {
 
   /** Events written by another tool than Cairn: any content type, data and custom metadata (none by default). */
   write(stream: string, events: Array<{ type: string; contentType?: string; data: string | Uint8Array; metadata?: string | Uint8Array }>): void {
-    const stored = this.streams.get(stream) ?? [];
+    const from = this.streams.get(stream)?.length ?? 0;
     for (const e of events) {
-      this.position += 100n;
-      stored.push({
-        id: randomUUID(), type: e.type, contentType: e.contentType ?? 'application/json', data: Buffer.from(e.data), metadata: Buffer.from(e.metadata ?? ''),
-        position: this.position,
-      });
+      this.record(stream, { id: randomUUID(), type: e.type, contentType: e.contentType ?? 'application/json', data: Buffer.from(e.data), metadata: Buffer.from(e.metadata ?? '') });
     }
-    this.streams.set(stream, stored);
+    this.project(stream, from);
     this.emit('appended');
   }
 
   /** $all, in position order. */
   private log(): Array<{ name: string; revision: number; e: StoredEvent }> {
-    return [...this.streams].flatMap(([name, events]) => events.map((e, revision) => ({ name, revision, e })))
-      .sort((a, b) => (a.e.position < b.e.position ? -1 : 1));
+    return this.all;
+  }
+
+  /** Writes one event at the end of the log. */
+  private record(name: string, event: Omit<StoredEvent, 'position' | 'created'>): void {
+    const stored = this.streams.get(name) ?? [];
+    this.position += 100n;
+    const e = { ...event, position: this.position, created: Date.now() };
+    stored.push(e);
+    this.streams.set(name, stored);
+    this.all.push({ name, revision: stored.length - 1, e });
+  }
+
+  /**
+   * With `systemProjections`, what the server's standard projections write for the events of `name` from revision `from`
+   * on, after them in the log: link events (type `$>`, data `<revision>@<stream>`) in `$streams` (a stream's first
+   * event: $streams), `$ce-<category>` ($by_category, the category being the name up to its first `-`) and
+   * `$et-<type>` ($by_event_type). The server writes them asynchronously, so other events may come between; here
+   * they follow at once.
+   */
+  private project(name: string, from: number): void {
+    if (!this.systemProjections || name.startsWith('$')) return;
+    const events = this.streams.get(name) ?? [];
+    const link = (to: string, revision: number) => this.record(to, {
+      id: randomUUID(), type: '$>', contentType: 'application/octet-stream', data: Buffer.from(`${revision}@${name}`),
+      metadata: Buffer.from(JSON.stringify({ $o: name, $causedBy: events[revision]!.id })),
+    });
+    const dash = name.indexOf('-');
+    for (let revision = from; revision < events.length; revision++) {
+      if (revision === 0) link('$streams', 0);
+      if (dash > 0) link(`$ce-${name.slice(0, dash)}`, revision);
+      link(`$et-${events[revision]!.type}`, revision);
+    }
   }
 
   private call(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
@@ -207,23 +240,42 @@ export class EsdbStandin extends EventEmitter {
     return this.maxAppendSize !== undefined && proposed.reduce((sum, m) => sum + m.getData_asU8().length, 0) > this.maxAppendSize;
   }
 
+  /**
+   * The server's commit check (IndexWriter.CheckCommit): an append whose events' ids are already in the stream, where
+   * the expectation puts them, is idempotent: written once, answered with the last of them (its revision and position);
+   * one that matches only in part is a wrong expected version. With `any` or `stream_exists` the ids are looked up in
+   * the stream wherever they are (the server's cache of recently committed ids).
+   */
   private append(name: string, expected: ExpectedRevision, proposed: Array<{ getId(): { getString(): string } | undefined; getMetadataMap(): { get(key: string): string | undefined }; getData_asU8(): Uint8Array; getCustomMetadata_asU8(): Uint8Array }>):
     { ok: true; revision: number; position: bigint } | { ok: false; current: number } {
-    const current = (this.streams.get(name)?.length ?? 0) - 1;
-    const ok = expected === 'any' || (expected === 'no_stream' ? current < 0 : expected === 'stream_exists' ? current >= 0 : expected === current);
-    if (!ok) return { ok: false, current };
     const stored = this.streams.get(name) ?? [];
+    const current = stored.length - 1;
+    const ids = proposed.map((m) => m.getId()!.getString());
+    const idempotent = (last: number) => ({ ok: true as const, revision: last, position: stored[last]!.position });
+    if (expected === 'stream_exists' && current < 0) return { ok: false, current };
+    if (expected === 'any' || expected === 'stream_exists') {
+      const found = ids.map((id) => stored.map((e) => e.id).lastIndexOf(id));
+      if (ids.length > 0 && found[0]! >= 0) return found.every((i) => i >= 0) ? idempotent(found.at(-1)!) : { ok: false, current };
+    } else {
+      const from = expected === 'no_stream' ? -1 : expected;
+      if (from > current) return { ok: false, current };
+      if (from < current) {
+        // Every id at its place after the expected revision: the same append again. A mismatch, first or later: refused.
+        const matches = ids.length > 0 && ids.every((id, i) => stored[from + 1 + i]?.id === id);
+        return matches ? idempotent(from + ids.length) : { ok: false, current };
+      }
+    }
     for (const message of proposed) {
-      this.position += 100n;
       const metadata = message.getMetadataMap();
-      stored.push({
+      this.record(name, {
         id: message.getId()!.getString(), type: metadata.get('type')!, contentType: metadata.get('content-type')!, data: message.getData_asU8(),
-        metadata: message.getCustomMetadata_asU8(), position: this.position,
+        metadata: message.getCustomMetadata_asU8(),
       });
     }
-    this.streams.set(name, stored);
+    const written = { ok: true as const, revision: current + proposed.length, position: this.position };
+    this.project(name, current + 1);
     this.emit('appended');
-    return { ok: true, revision: stored.length - 1, position: this.position };
+    return written;
   }
 
   /**
@@ -236,9 +288,12 @@ export class EsdbStandin extends EventEmitter {
     const passes = subscriptionFilter(options);
     stream.respond({ ':status': 200, ...GRPC });
     stream.write(frame(new ReadResp().setConfirmation(new ReadResp.SubscriptionConfirmation().setSubscriptionId(randomUUID()))));
+    const log = this.log();
+    let next = 0;
     const push = () => {
       if (stream.closed) return;
-      for (const x of this.log()) {
+      for (; next < log.length; next++) {
+        const x = log[next]!;
         if (x.e.position <= sent) continue;
         sent = x.e.position;
         if (passes(x.name, x.e.type)) stream.write(frame(readEvent(x.name, x.revision, x.e, x.e.position)));
@@ -306,7 +361,7 @@ function readEvent(stream: string, revision: number, e: StoredEvent, position: b
     .setPreparePosition(String(position))
     .setData(e.data)
     .setCustomMetadata(e.metadata);
-  recorded.getMetadataMap().set('type', e.type).set('content-type', e.contentType).set('created', String(BigInt(Date.now()) * 10_000n));
+  recorded.getMetadataMap().set('type', e.type).set('content-type', e.contentType).set('created', String(BigInt(e.created) * 10_000n));
   return new ReadResp().setEvent(new ReadResp.ReadEvent().setEvent(recorded).setCommitPosition(String(position)));
 }
 
