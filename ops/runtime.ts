@@ -114,20 +114,23 @@ type StopSignal = keyof typeof STOP_SIGNALS;
 /**
  * Until `release`, the first stop signal aborts `signal` instead of ending the process, with an OpsError that
  * carries `message` and the signal's exit code as the reason. Signals within REPEATED_SIGNAL_MS of it are the same
- * stop delivered twice (to npm and to this process) and are ignored; one after that ends the process at once.
+ * stop delivered twice (to npm and to this process) and are ignored, released or not; one after that ends the process
+ * at once.
  */
 export function stopOnSignals(message: string): { signal: AbortSignal; release: () => void } {
   const abort = new AbortController();
   const names = Object.keys(STOP_SIGNALS) as StopSignal[];
-  const release = () => { for (const name of names) process.off(name, stop); };
+  const remove = () => { for (const name of names) process.off(name, stop); };
   function stop(name: StopSignal): void {
     if (abort.signal.aborted) return;
     abort.abort(new OpsError(message, STOP_SIGNALS[name]));
     // Then the signals' default action again (the process ends at once), once repeats of this one are past.
-    setTimeout(release, REPEATED_SIGNAL_MS).unref();
+    setTimeout(remove, REPEATED_SIGNAL_MS).unref();
   }
   for (const name of names) process.on(name, stop);
-  return { signal: abort.signal, release };
+  // Once stopped, the timer above removes the handlers: a command whose clean-up is quicker than npm passing the signal
+  // on releases before the repeat comes, which would otherwise end it there, before it says why it stopped.
+  return { signal: abort.signal, release: () => { if (!abort.signal.aborted) remove(); } };
 }
 
 /**

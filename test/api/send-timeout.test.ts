@@ -9,7 +9,7 @@ import { type Scope, seedMemories, textOf } from '../support/memory-seed.js';
 /**
  * SEND_TIMEOUT_MS: a streamed answer (GET /v1/export) whose client takes none of it for that long is cut, so a
  * client that stops reading cannot hold the connection and the chunk being sent for ever; a client that reads
- * slowly but steadily is never cut, however long the whole answer takes.
+ * slowly but steadily (faster than a 64 KiB piece per SEND_TIMEOUT_MS) is never cut, however long the whole answer takes.
  */
 
 const SEND_TIMEOUT_MS = 1000;

@@ -30,3 +30,21 @@ t.test('a repeated stop signal is the same stop; a later one ends the command at
   run.child.kill('SIGTERM');
   t.strictSame(await exited, [null, 'SIGTERM'], 'a stop signal after that ends it at once');
 });
+
+t.test('a repeat within REPEATED_SIGNAL_MS is the same stop also when the command released the signals at once', async (t) => {
+  // The command's clean-up was quicker than npm passing the signal on: the repeat arrives after `release`, while the
+  // command prints why it stopped and closes its stores. Taken as a second stop, it would end the process by the
+  // signal there, before that (a backup's "interrupted; nothing of it is left" never printed).
+  const run = startScript(fixture, ['release-on-abort']);
+  t.teardown(() => { if (run.child.exitCode === null && run.child.signalCode === null) run.child.kill('SIGKILL'); });
+  await until('the fixture is ready', () => run.out.stdout.includes('ready'), 30_000);
+  run.child.kill('SIGTERM');
+  await until('the first signal aborts the command, which releases the signals', () => run.out.stdout.includes('aborted 143, released'));
+  run.child.kill('SIGTERM');
+  await new Promise((resolve) => setTimeout(resolve, REPEATED_SIGNAL_MS / 2));
+  t.equal(run.child.signalCode, null, 'the repeat does not end it');
+  await new Promise((resolve) => setTimeout(resolve, REPEATED_SIGNAL_MS));
+  const exited = once(run.child, 'exit');
+  run.child.kill('SIGTERM');
+  t.strictSame(await exited, [null, 'SIGTERM'], 'released, a stop signal after that has its default action');
+});
