@@ -207,7 +207,8 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
         // random vectors, against 2.7x at 20 MB/s for zlib's default level 6. pipeline: a source that fails destroys
         // the compressor, and so the connection.
         ctx.vary('Accept-Encoding');
-        if (ctx.acceptsEncodings('gzip', 'identity') === 'gzip') {
+        // x-gzip: gzip's old name, which RFC 9110 (8.4.1.3) says to take as gzip.
+        if (['gzip', 'x-gzip'].includes(ctx.acceptsEncodings('gzip', 'x-gzip', 'identity') || '')) {
           ctx.set('Content-Encoding', 'gzip');
           ctx.body = pipeline(chunks, createGzip({ level: 1 }), () => {});
         } else ctx.body = chunks;

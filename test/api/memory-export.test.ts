@@ -139,6 +139,9 @@ t.test('an export is gzip-compressed for a client that takes gzip, and only then
   t.match(zipped.res.headers.vary, /accept-encoding/i);
   t.ok(gunzipSync(zipped.bytes).equals(plain.bytes), 'the same JSON, byte for byte');
   t.ok(zipped.bytes.length * 3 < plain.bytes.length, `smaller (${zipped.bytes.length} of ${plain.bytes.length} bytes)`);
+  const old = await rawExport(app, scope, { 'Accept-Encoding': 'x-gzip' });
+  t.equal(old.res.headers['content-encoding'], 'gzip', 'x-gzip, gzip\'s old name, is taken as gzip (RFC 9110)');
+  t.ok(gunzipSync(old.bytes).equals(plain.bytes));
   for (const refused of ['gzip;q=0', 'identity', 'br', '*;q=0, identity']) {
     const answer = await rawExport(app, scope, { 'Accept-Encoding': refused });
     t.equal(answer.res.headers['content-encoding'], undefined, `not compressed for ${refused}`);
