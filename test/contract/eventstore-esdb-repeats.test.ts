@@ -85,10 +85,13 @@ for (const target of ['embedded', 'esdb stand-in'] as const) {
     });
 
     t.equal((await put('first', 'set-1')).status, 200);
-    t.equal((await put('second')).status, 200);
+    const second = await put('second');
+    t.equal(second.status, 200);
     const repeat = await put('first', 'set-1');
     t.equal(repeat.status, 200, 'the repeat is answered');
-    const read = await app.platform(path, { headers: { ...bearer(key), 'X-Min-Position': repeat.headers.get('x-event-position')! } });
+    // Read after the later of the two: the repeat answers the first request's (earlier) position.
+    const latest = Math.max(...[second, repeat].map((res) => Number(res.headers.get('x-event-position'))));
+    const read = await app.platform(path, { headers: { ...bearer(key), 'X-Min-Position': String(latest) } });
     t.strictSame(await read.json(), 'second', 'the later value stands');
 
     const store = () => app.memory('/v1/memories', { method: 'POST', headers: { 'Idempotency-Key': 'store-1' }, json: { scope, text: 'Ava has a cat' } });
