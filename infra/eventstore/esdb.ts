@@ -148,8 +148,23 @@ export class EsdbEventStore implements EventStore {
     if (options.repeat) {
       const found = await this.foundInStream(stream, recorded);
       if (found) return found;
+      const result = await this.answerInTime(stream, this.write(stream, recorded, expected));
+      return (await this.holdsAsSent(stream, recorded, result.revision)) ? result : { ...result, written: false };
     }
     return this.answerInTime(stream, this.write(stream, recorded, expected));
+  }
+
+  /**
+   * Whether the stream holds the events as this append sent them, up to `revision`. Two nodes taking one request (the
+   * same Idempotency-Key, so the same event ids) at the same revision both get the server's success: the slower append
+   * is answered as a retry of the faster, and only what it holds (another node's times and request id) tells them
+   * apart. Where the read back fails, the append counts as written (as it would without this look).
+   */
+  private async holdsAsSent(stream: string, events: NewEvent[], revision: number): Promise<boolean> {
+    const stored = await this.readStream(stream, { fromRevision: revision - events.length + 1, limit: events.length }).catch(() => undefined);
+    if (stored === undefined) return true;
+    const sent = (e: { id: string; type: string; data: unknown; metadata: unknown }) => JSON.stringify([e.id, e.type, e.data, e.metadata]);
+    return stored.length === events.length && stored.every((e, i) => sent(e) === sent(events[i]!));
   }
 
   /**

@@ -52,7 +52,7 @@ export interface AppendResult {
   position: number;
   /**
    * false: an idempotent retry, which found these events in the log and wrote nothing. Absent where the store
-   * cannot tell (EventStoreDB answers a retry as it answered the first append).
+   * cannot tell (EventStoreDB answers a retry as it answered the first append; it tells for appends marked `repeat`).
    */
   written?: boolean;
 }
