@@ -176,11 +176,7 @@ export class EsdbEventStore implements EventStore {
    */
   private async foundInStream(stream: string, events: NewEvent[]): Promise<AppendResult | undefined> {
     // The stream's last REPEAT_LOOKBACK events, read backwards from its end: a retry comes soon after its request.
-    const read = await drainStream(this.track(this.client.readStream(stream, { fromRevision: END, direction: BACKWARDS, maxCount: REPEAT_LOOKBACK })),
-      this.bound('readStream', stream)).catch((error: unknown) => {
-      throw isErrorOfType(error, ErrorType.STREAM_DELETED) ? new StreamDeletedError(stream, { cause: error }) : error;
-    });
-    const held = read.flatMap((resolved) => (resolved.event ? [toRecorded(resolved.event, false)] : [])).reverse();
+    const held = (await this.readStreamEvents(stream, { fromRevision: END, direction: BACKWARDS, maxCount: REPEAT_LOOKBACK })).reverse();
     const at = held.findIndex((e) => e.id === events[0]!.id);
     if (at < 0) {
       const taken = events.find((e) => held.some((h) => h.id === e.id));
@@ -282,11 +278,16 @@ export class EsdbEventStore implements EventStore {
     const from = options.fromRevision ?? 0;
     const limit = options.limit === undefined ? undefined : readLimit(options.limit);
     if (limit === 0) return [];
-    const read = await drainStream(this.track(this.client.readStream(stream, {
+    return this.readStreamEvents(stream, {
       fromRevision: from > 0 ? BigInt(from) : START,
       direction: FORWARDS,
       ...(limit !== undefined ? { maxCount: limit } : {}),
-    })), this.bound('readStream', stream)).catch((error: unknown) => {
+    });
+  }
+
+  /** A stream's events as the client's read gives them (in its direction). */
+  private async readStreamEvents(stream: string, options: Parameters<EventStoreDBClient['readStream']>[1]): Promise<RecordedEvent[]> {
+    const read = await drainStream(this.track(this.client.readStream(stream, options)), this.bound('readStream', stream)).catch((error: unknown) => {
       // A tombstoned stream: a command loading it to decide on is refused as its append would be, not a 500.
       throw isErrorOfType(error, ErrorType.STREAM_DELETED) ? new StreamDeletedError(stream, { cause: error }) : error;
     });
