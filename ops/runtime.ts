@@ -11,6 +11,7 @@ import { loadConfig, type Config } from '../infra/config.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { ReadStore } from '../infra/readstore/port.js';
 import { REPEATED_SIGNAL_MS } from '../infra/signals.js';
+import { EVENT_LOG } from '../infra/backup-files.js';
 import { closeStores, openEventStore, openStores } from '../infra/stores.js';
 
 /**
@@ -56,7 +57,7 @@ function storesConfig(options: { create?: boolean }): Config {
   if (!config.eventStoreUrl && !options.create) requireEventLog(config.dataDir);
   // Allowed (a new deployment's first project), but said: with DATA_DIR unset or mistyped, the project would go into a
   // log no server reads, and the command would look as if it had worked.
-  if (!config.eventStoreUrl && options.create && !existsSync(join(config.dataDir, 'events.db'))) {
+  if (!config.eventStoreUrl && options.create && !hasEventLog(config.dataDir)) {
     process.stderr.write(`note: no event log in ${config.dataDir}; creating a new one (set DATA_DIR to the server's data directory unless this is a new deployment)\n`);
   }
   return config;
@@ -97,9 +98,12 @@ export function operatorPath(path: string): string {
   return resolve(process.env.INIT_CWD || process.cwd(), path);
 }
 
+/** Whether DATA_DIR holds the embedded event log. */
+const hasEventLog = (dataDir: string) => existsSync(join(dataDir, EVENT_LOG));
+
 /** A DATA_DIR without an embedded event log is a mistyped path (see withStores). */
 export function requireEventLog(dataDir: string): void {
-  if (!existsSync(join(dataDir, 'events.db'))) throw new OpsError(`no event log in ${dataDir} (set DATA_DIR to the server's data directory)`);
+  if (!hasEventLog(dataDir)) throw new OpsError(`no event log in ${dataDir} (set DATA_DIR to the server's data directory)`);
 }
 
 /**
