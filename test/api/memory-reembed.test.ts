@@ -7,6 +7,7 @@ import { LOCAL_EMBEDDING_MODEL } from '../../infra/providers/embeddings.js';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { olderLocalModels } from '../../projections/memory/reembed.js';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
+import { seedMemories, textOf } from '../support/memory-seed.js';
 
 /**
  * An upgrade that changes the local embedder's tokens changes its model name (local-hash-256-vN): the
@@ -92,6 +93,32 @@ t.test('a server stopped while it re-embeds leaves no rebuild behind, and the ne
     const e = await exported(second);
     return e.memories.every((m) => m.vector_model === LOCAL_EMBEDDING_MODEL) ? true : undefined;
   });
+});
+
+t.test('a projection thread that dies while it re-embeds: its replacement re-embeds again and finishes', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-reembed-'));
+  const seeding = await startTestCairn({}, { dataDir });
+  await seedMemories(seeding, scope, 4000, { words: 40 });
+  await seeding.stop();
+  const db = new Database(join(dataDir, 'readmodels.db'));
+  const table = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rm_memory_vectors_g%'").pluck().get() as string;
+  t.equal(db.prepare(`UPDATE ${table} SET doc = json_set(doc, '$.model', 'local-hash-256-v2')`).run().changes, 4000);
+  db.close();
+  const app = await startTestCairn({}, { dataDir });
+  t.teardown(() => app.stop());
+  const first = app.projections.thread!;
+  const rebuilding = await until('the re-embedding has begun', async () => (await app.reads.rebuildCheckpoint('memory-vectors')), 10_000);
+  await first.terminate();
+  t.ok((await app.reads.rebuildCheckpoint('memory-vectors'))?.generation === rebuilding.generation, 'ended in the middle of the rebuild');
+  t.ok((await app.reads.checkpoint('memory-vectors')).generation === 1, 'before its swap');
+  await until('every vector is of the configured model', async () => {
+    const e = await exported(app);
+    return e.memories.length === 4000 && e.memories.every((m) => m.vector_model === LOCAL_EMBEDDING_MODEL) ? true : undefined;
+  }, 30_000);
+  t.equal(await app.reads.rebuildCheckpoint('memory-vectors'), undefined, 'none left in progress');
+  t.ok(app.projections.health().thread.restarts >= 1, 'by a new thread');
+  const found = await app.memory('/v1/search', { method: 'POST', json: { scope, query: textOf(7, 40), mode: 'semantic', limit: 1 } });
+  t.match(await found.json(), { results: [{ text: textOf(7, 40) }] }, 'semantic search finds the old memories again');
 });
 
 t.test('the earlier versions of the local embedder', async (t) => {
