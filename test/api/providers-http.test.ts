@@ -79,11 +79,9 @@ t.test('Retry-After as an HTTP-date is honoured', async (t) => {
 });
 
 t.test('a refused connection says so in the log', async (t) => {
-  // A port that was just free: nothing listens on it.
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const { port } = probe.address() as { port: number };
-  await new Promise((resolve) => probe.close(resolve));
+  // A port that was just free, below the ephemeral range (32768-60999 on Linux): another test's server, started
+  // meanwhile with port 0, cannot be given it (one was, once, in CI: a 200). Not port 1, which fetch refuses itself ("bad port").
+  const port = await freePortBelowEphemeral();
   const s = await setup(t, { LLM_BASE_URL: `http://127.0.0.1:${port}/v1` });
   const res = await s.post('/v1/chat', { scope, query: 'hello' });
   t.match(failureReason(t, s, res), new RegExp(`^chat provider unreachable \\(http://127\\.0\\.0\\.1:${port}/v1/chat/completions\\): fetch failed: .*ECONNREFUSED`));
@@ -170,3 +168,15 @@ t.test('ingest: facts that cannot be stored are dropped, and the log says how ma
   t.equal((await s.post('/v1/ingest', { scope: { agent: 'drop', user: 'u1' }, text: 'I play chess.' })).status, 200);
   t.notOk(s.lines.some((l) => /dropped extracted facts/.test(String(l.msg))), 'no warning when nothing was dropped');
 });
+
+/** A port of 20000-31999 that nothing listens on now (tried at random until one binds). */
+async function freePortBelowEphemeral(): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const probe = createServer();
+    const bound = await new Promise<boolean>((resolve) => probe.once('error', () => resolve(false)).listen(port, '127.0.0.1', () => resolve(true)));
+    if (!bound) continue;
+    await new Promise((resolve) => probe.close(resolve));
+    return port;
+  }
+}
