@@ -26,9 +26,9 @@ export interface Config {
   };
   consistencyTimeoutMs: number;
   /**
-   * SEND_TIMEOUT_MS: how long a streamed answer (a memory export) waits for its client to take more of it before
-   * the connection is closed, as nginx's `send_timeout`: a client that stopped reading would otherwise hold the
-   * connection and the page of data waiting for it for ever.
+   * SEND_TIMEOUT_MS: how long an answer of more than one 64 KiB piece (a memory export, streamed; 100 long search
+   * results) waits for its client to take more of it before the connection is closed, as nginx's `send_timeout`: a
+   * client that stopped reading would otherwise hold the connection and the data waiting for it for ever.
    */
   sendTimeoutMs: number;
   /** PROJECTIONS_THREAD: projection runners in their own worker thread (default) or in the HTTP thread. */

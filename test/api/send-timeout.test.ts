@@ -81,3 +81,38 @@ t.test('a client that reads slowly but steadily gets the whole answer, however l
   t.ok(elapsed > 2 * SEND_TIMEOUT_MS, `the answer took longer than SEND_TIMEOUT_MS (${Math.round(elapsed)} ms)`);
   t.equal(stalls().length, before, 'never cut');
 });
+
+t.test('a large answer that is not streamed (100 search results of long memories) is sent under the same timeout, with its length', async (t) => {
+  const long: Scope = { agent: 'send', user: 'search' };
+  // 8,008 bytes a memory, under the 8,192-byte limit, mostly control characters, which JSON sends as six bytes each
+  // (\u0001): 100 results are about 4.8 MB of JSON, more than a paused client's connection takes on loopback (2-4 MB).
+  await seedMemories(app, long, 150, { vectors: false, text: (i) => `memory ${String(i).padStart(3, '0')} ${'\u0001'.repeat(7996)}` });
+  const body = JSON.stringify({ scope: long, query: 'memory', limit: 100 });
+  const search = (read: (res: IncomingMessage) => void) => new Promise<IncomingMessage>((resolve, reject) => {
+    const req = http.request(`${app.memoryUrl}/v1/search`, { method: 'POST', agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
+      read(res);
+      resolve(res);
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+  const whole = await search(() => {});
+  const text = await rest(whole, []);
+  t.equal(whole.statusCode, 200);
+  t.equal(Number(whole.headers['content-length']), Buffer.byteLength(text), 'Content-Length is the answer\'s length');
+  t.ok(Buffer.byteLength(text) > 4_500_000, `more than the sockets buffer ahead of a paused client (${Buffer.byteLength(text)} bytes)`);
+  t.equal((JSON.parse(text) as { results: unknown[] }).results.length, 100);
+
+  const before = stalls().length;
+  const received: Buffer[] = [];
+  const started = performance.now();
+  const res = await search((res) => res.once('data', (chunk: Buffer) => {
+    res.pause();
+    received.push(chunk);
+  }));
+  t.equal(res.statusCode, 200);
+  await until('the server gives up on the client', () => stalls().length === before + 1, 30_000);
+  t.ok(performance.now() - started >= SEND_TIMEOUT_MS, 'not before SEND_TIMEOUT_MS');
+  await t.rejects(rest(res, received), 'the client sees an incomplete answer');
+  t.equal((await app.memory('/healthz')).status, 200, 'the server goes on');
+});

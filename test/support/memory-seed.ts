@@ -15,13 +15,13 @@ export const textOf = (i: number, words = 120) => `memory ${i}: ${Array.from({ l
  * append, and waits for the read models: much faster than as many POST /v1/memories. Returns the memories as the
  * export shows them (without vectors).
  */
-export async function seedMemories(app: TestCairn, scope: Scope, count: number, options: { words?: number; vectors?: boolean } = {}): Promise<Exported[]> {
+export async function seedMemories(app: TestCairn, scope: Scope, count: number, options: { words?: number; vectors?: boolean; text?: (i: number) => string } = {}): Promise<Exported[]> {
   const start = Date.now() - 3_600_000;
   const memories: Exported[] = [];
   for (let at = 0; at < count; at += 1000) {
     const batch: NewEvent[] = [];
     for (let i = at; i < Math.min(count, at + 1000); i++) {
-      const text = textOf(i, options.words);
+      const text = options.text?.(i) ?? textOf(i, options.words);
       const created = new Date(start + i).toISOString();
       const session = i % 3 === 0 ? null : `chat-${i % 7}`;
       memories.push({ id: memoryIdFor(text), text, session, created_at: created, updated_at: created });
