@@ -113,12 +113,32 @@ function explainUnion(errors: SchemaError[], schema: TSchema, root: unknown, loc
   const unionPath = unionOf(errors[0]!)!;
   const branches = (pointerGet(schema, unionPath.replace(/^#/, '')) as { anyOf?: unknown[] } | undefined)?.anyOf ?? [];
   const choices = branches.map(choice);
+  if (branches.length === 2 && choices.includes('null') && choices.includes(undefined)) return explainNullable(errors, branches, unionPath, root, location, schema);
   if (choices.length === 0 || choices.includes(undefined)) return errors.map((e) => describe(e, root, location, schema));
   const bounds = errors.filter((e) => !['anyOf', 'type', 'const', 'format'].includes(e.keyword));
   if (bounds.length > 0) return bounds.map((e) => describe(e, root, location, schema));
   const literals = branches.every((b) => 'const' in (b as object) || (b as { type?: unknown }).type === 'null');
   const message = literals ? `must be one of ${choices.join(', ')}` : `must be ${choices.join(' or ')}`;
   return [describe({ keyword: 'enum', schemaPath: unionPath, instancePath, params: {}, message }, root, location)];
+}
+
+/**
+ * An object or array that may also be null (an optional field a client may send as null): a value that is not null
+ * gets the errors of the object or array alone, as if the field could not be null (`must be a number` at
+ * `body.big5.openness`), and a value of another type one error, `must be an object or null`. The union's own
+ * "must be null" and "must match a schema in anyOf" say nothing more; where the branch's errors are deeper (another
+ * group), this group has none.
+ */
+function explainNullable(errors: SchemaError[], branches: unknown[], unionPath: string, root: unknown, location: Location, schema: TSchema): ProblemFieldError[] {
+  const other = branches.findIndex((b) => (b as { type?: unknown }).type !== 'null');
+  const within = `${unionPath}/anyOf/${other}`;
+  const own = errors.filter((e) => e.schemaPath === within || e.schemaPath.startsWith(`${within}/`));
+  const wrongType = own.find((e) => e.keyword === 'type' && (e.schemaPath === within || e.schemaPath === `${within}/type`));
+  if (wrongType) {
+    const name = ({ object: 'an object', array: 'an array' } as Record<string, string>)[String((branches[other] as { type?: unknown }).type)] ?? 'a value of the documented shape';
+    return [describe({ ...wrongType, keyword: 'enum', message: `must be ${name} or null` }, root, location)];
+  }
+  return own.map((e) => describe(e, root, location, schema));
 }
 
 const TYPE_NAMES: Record<string, string> = { string: 'a string', integer: 'an integer', number: 'a number', boolean: 'a boolean', null: 'null' };

@@ -49,6 +49,35 @@ t.test('defaults', async (t) => {
   t.match(body, { big5: { openness: 0.5, conscientiousness: 0.5, extraversion: 0.5, agreeableness: 0.5, neuroticism: 0.5 }, language: 'en', project_id: a.projectId, bio: null, speech_patterns: [] });
 });
 
+t.test('an optional field sent as null is left out: the defaults, and an agent read back can be sent again', async (t) => {
+  const optional = ['personality_prompt', 'big5', 'speech_patterns', 'true_interests', 'true_dislikes', 'project_id', 'language', 'bio', 'gender', 'avatar_url'];
+  const nulls = await create({ name: 'All null', ...Object.fromEntries(optional.map((f) => [f, null])) });
+  t.equal(nulls.res.status, 200, JSON.stringify(nulls.body));
+  const absent = await create({ name: 'None given' });
+  const same = (body: Record<string, any>) => ({ ...body, agent_id: undefined, name: undefined, created_at: undefined });
+  t.strictSame(same(nulls.body), same(absent.body), 'as if none were sent');
+  t.match(nulls.body, { project_id: a.projectId, language: 'en', bio: null, big5: { openness: 0.5 }, speech_patterns: [] });
+  const events = await app.events.readStream(agentStream(nulls.body.agent_id));
+  const profile = (data: Record<string, unknown>) => ({ ...data, agent_id: undefined, name: undefined, created_at: undefined, request_key: undefined, request_hash: undefined });
+  t.strictSame(profile(events[0]!.data), profile((await app.events.readStream(agentStream(absent.body.agent_id)))[0]!.data), 'the same event as for fields left out');
+  // A client that copies an agent: the fields of the view it read (nulls among them) are sent back as they are.
+  const read = await (await app.platform(`/agents/${nulls.body.agent_id}`, { headers: { ...bearer(a.key), 'X-Min-Position': nulls.position! } })).json();
+  const copy = await create({ name: 'Copy', ...Object.fromEntries(optional.map((f) => [f, read[f]])) });
+  t.equal(copy.res.status, 200, JSON.stringify(copy.body));
+  t.strictSame(same(copy.body), same(nulls.body));
+  // A wrong type is still a 400 naming the field, null or not.
+  const wrong = await create({ name: 'Wrong', bio: 42, big5: 'high', speech_patterns: [null] });
+  t.equal(wrong.res.status, 400);
+  t.strictSame((wrong.body.errors as Array<{ location: string; message: string }>).map((e) => [e.location, e.message]).sort(), [
+    ['body.big5', 'must be an object or null'],
+    ['body.bio', 'must be a string or null'],
+    ['body.speech_patterns.0', 'must be string'],
+  ], 'one error each, saying what is allowed');
+  const deep = await create({ name: 'Deep', big5: { ...big5, openness: 2 } });
+  t.strictSame(deep.body.errors, [{ location: 'body.big5.openness', message: 'must be <= 1', value: 2 }], 'inside a field that may be null, the error is where it is');
+  t.equal((await create({ name: null })).res.status, 400, 'name is required: null is not a name');
+});
+
 t.test('Big Five scores are 0.0 to 1.0, all five', async (t) => {
   t.equal((await create({ name: 'Zeros', big5: { ...big5, openness: 0, neuroticism: 0 } })).res.status, 200, '0.0 is allowed');
   t.equal((await create({ name: 'Ones', big5: { ...big5, openness: 1, neuroticism: 1 } })).res.status, 200, '1.0 is allowed');

@@ -134,7 +134,7 @@ t.test('OpenAPI 3.1, generated from the route table, JSON and YAML, no auth', as
   t.match(doc.paths['/readyz'].get.description, /not-ready/);
   const create = doc.paths['/api/v1/agents'].post;
   t.match(create.requestBody.content['application/json'].schema, { additionalProperties: false, required: ['name'] });
-  t.match(create.requestBody.content['application/json'].schema.properties.big5.properties.openness, { minimum: 0, maximum: 1 });
+  t.match(create.requestBody.content['application/json'].schema.properties.big5.anyOf[0].properties.openness, { minimum: 0, maximum: 1 });
   t.strictSame(create.security, [{ ApiKey: ['agents:write'] }]);
   t.match(create.responses['400'].content['application/problem+json'].schema, { $ref: '#/components/schemas/Problem' });
   t.ok(doc.paths['/api/v1/agents/{agentId}'].get.parameters.some((p: any) => p.name === 'X-Min-Position' && p.in === 'header'));

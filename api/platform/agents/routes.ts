@@ -64,7 +64,7 @@ export function agentRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
     route({
       method: 'POST', path: '/agents', operationId: 'createAgent', tag: 'Agents', auth: ['key'], scope: 'agents:write',
       summary: 'Create an agent with an authored personality',
-      description: 'Big Five scores default to 0.5 each when `big5` is omitted. Names are unique within a project (409 `conflict` naming the holder\'s `agent_id` otherwise). `project_id` defaults to the API key\'s project; any other project\'s id is 404. With an Idempotency-Key a repeated request returns the same agent with the same `X-Event-Position`.',
+      description: 'Big Five scores default to 0.5 each when `big5` is omitted. An optional field sent as null is the same as one left out (the agent read back can be sent again). Names are unique within a project (409 `conflict` naming the holder\'s `agent_id` otherwise). `project_id` defaults to the API key\'s project; any other project\'s id is 404. With an Idempotency-Key a repeated request returns the same agent with the same `X-Event-Position`.',
       body: CreateAgentBody,
       responses: { 200: { description: 'the created agent (repeated with its Idempotency-Key: the agent that request created)', schema: AgentView } },
       errors: [400, 401, 403, 404, 409, 422, 503],

@@ -1,4 +1,4 @@
-import Type, { type Static } from 'typebox';
+import Type, { type Static, type TSchema } from 'typebox';
 import { LANGUAGE_PATTERN, MAX_LANGUAGE_TAG } from '../../../domain/agents/language.js';
 import { MAX_AGENT_NAME } from '../../../domain/agents/names.js';
 import { nameLength } from '../../http/validation.js';
@@ -11,18 +11,20 @@ export const Big5 = Type.Object({
 
 const Phrases = Type.Array(Type.String({ minLength: 1, maxLength: 500 }), { maxItems: 100, description: 'at most 100 phrases of 1-500 characters, well-formed Unicode' });
 const Gender = Type.Union([Type.Literal('male'), Type.Literal('female'), Type.Literal('non_binary')]);
+/** An optional field that also takes null, meaning the same as leaving it out (as answers show absent values: a client may send an agent it read back). */
+const OrNull = <T extends TSchema>(schema: T) => Type.Optional(Type.Union([schema, Type.Null()]));
 export const CreateAgentBody = Type.Object({
   name: Type.String({ ...nameLength(MAX_AGENT_NAME), description: `not empty or only whitespace; at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; no control characters, bidirectional controls, line separators, noncharacters or invisible (default-ignorable) characters, except zero-width joiners, variation selectors and tags where they shape a script or an emoji; must not look like a UUID nor be "." or ".."` }),
-  personality_prompt: Type.Optional(Type.String({ maxLength: 16000, description: 'custom system prompt, well-formed Unicode' })),
-  big5: Type.Optional(Big5),
-  speech_patterns: Type.Optional(Phrases),
-  true_interests: Type.Optional(Phrases),
-  true_dislikes: Type.Optional(Phrases),
-  project_id: Type.Optional(Uuid),
-  language: Type.Optional(Type.String({ pattern: LANGUAGE_PATTERN, maxLength: MAX_LANGUAGE_TAG, description: 'BCP 47 language tag whose language is an ISO 639 code, in any case (tags are case-insensitive): "en", "EN-us", "zh-hant-tw"; stored and returned in canonical form ("en-US", "zh-Hant-TW"); default "en"' })),
-  bio: Type.Optional(Type.String({ maxLength: 8000, description: 'well-formed Unicode' })),
-  gender: Type.Optional(Gender),
-  avatar_url: Type.Optional(Type.String({ format: 'uri', pattern: '^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@\\s]+(?:[/?#]|$)', maxLength: 2048 })),
+  personality_prompt: OrNull(Type.String({ maxLength: 16000, description: 'custom system prompt, well-formed Unicode' })),
+  big5: OrNull(Big5),
+  speech_patterns: OrNull(Phrases),
+  true_interests: OrNull(Phrases),
+  true_dislikes: OrNull(Phrases),
+  project_id: OrNull(Uuid),
+  language: OrNull(Type.String({ pattern: LANGUAGE_PATTERN, maxLength: MAX_LANGUAGE_TAG, description: 'BCP 47 language tag whose language is an ISO 639 code, in any case (tags are case-insensitive): "en", "EN-us", "zh-hant-tw"; stored and returned in canonical form ("en-US", "zh-Hant-TW"); default "en"' })),
+  bio: OrNull(Type.String({ maxLength: 8000, description: 'well-formed Unicode' })),
+  gender: OrNull(Gender),
+  avatar_url: OrNull(Type.String({ format: 'uri', pattern: '^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@\\s]+(?:[/?#]|$)', maxLength: 2048 })),
 }, { additionalProperties: false });
 export type CreateAgentBody = Static<typeof CreateAgentBody>;
 
