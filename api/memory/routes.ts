@@ -138,9 +138,10 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         check(normalizedLimit('body.text', body.text, text, MAX_TEXT_BYTES));
         // An omitted session stays undefined: a memory already holding the text then keeps its label.
         const session = body.session === undefined ? {} : { session: sessionOf(body.session) };
+        const id = body.id ?? undefined;
         const result = await bus.handle(memoryStream(agent, user), memoryDecider,
-          { type: 'StoreMemory', data: { agent, user, ...(body.id !== undefined ? { memory_id: body.id } : {}), text, ...session } }, meta);
-        return { body: await storedView(result, agent, user, body.id, text, call), position: result.position };
+          { type: 'StoreMemory', data: { agent, user, ...(id !== undefined ? { memory_id: id } : {}), text, ...session } }, meta);
+        return { body: await storedView(result, agent, user, id, text, call), position: result.position };
       },
     }),
     route({

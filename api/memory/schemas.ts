@@ -3,14 +3,14 @@ import {
   MAX_PERSONALITY_BYTES, MAX_SESSION_BYTES, MAX_TEXT_BYTES, MEMORY_ID_PATTERN, SCOPE_ID_PATTERN,
 } from '../../domain/memory/decider.js';
 import { MAX_BYTES } from '../http/validation.js';
-import { DateTime } from '../shared/schemas.js';
+import { DateTime, OrNull } from '../shared/schemas.js';
 
 // maxLength (characters) is implied by the byte limits (a UTF-8 string has at least as many bytes as
 // characters); it rejects gross oversize early (in bytes: MAX_BYTES), and the handlers check the exact byte limits.
 const ScopeId = Type.String({ pattern: SCOPE_ID_PATTERN, description: '1-128 ASCII letters, digits, `_`, `.`, `-`' });
 const MemoryId = Type.String({
   pattern: MEMORY_ID_PATTERN,
-  description: '1-128 ASCII letters, digits, `_`, `.`, `:`, `-`. Given: updates that memory in the scope, or creates it with this id. Omitted: derived from the trimmed text (`m_` + 32 hex digits), so the same text is one memory.',
+  description: '1-128 ASCII letters, digits, `_`, `.`, `:`, `-`. Given: updates that memory in the scope, or creates it with this id. Omitted (or null, in a body): derived from the trimmed text (`m_` + 32 hex digits), so the same text is one memory.',
 });
 const Text = (what: string, max: number) => Type.String({ maxLength: max, [MAX_BYTES]: max, description: `${what}: not empty after trimming, at most ${max.toLocaleString('en-US')} bytes (UTF-8), well-formed Unicode (no unpaired surrogates)` });
 const Session = (more: string) => Type.Union([Type.String({ maxLength: MAX_SESSION_BYTES, [MAX_BYTES]: MAX_SESSION_BYTES }), Type.Null()], {
@@ -22,7 +22,7 @@ export type Scope = Static<typeof Scope>;
 
 export const StoreMemoryBody = Type.Object({
   scope: Scope,
-  id: Type.Optional(MemoryId),
+  id: OrNull(MemoryId),
   text: Text('memory text, stored trimmed and NFC-normalised', MAX_TEXT_BYTES),
   session: Type.Optional(Session('Without `id`, when a live memory already holds the text: omitted keeps its label, anything else replaces it. With `id`: the memory gets exactly this label (omitted: none).')),
 }, { additionalProperties: false });
@@ -40,8 +40,8 @@ export const SearchMode = Type.Union([Type.Literal('lexical'), Type.Literal('sem
 export const SearchBody = Type.Object({
   scope: Scope,
   query: Text('query', MAX_TEXT_BYTES),
-  mode: Type.Optional(SearchMode),
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: DEFAULT_SEARCH_LIMIT, description: `default ${DEFAULT_SEARCH_LIMIT}` })),
+  mode: OrNull(SearchMode),
+  limit: OrNull(Type.Integer({ minimum: 1, maximum: 100, default: DEFAULT_SEARCH_LIMIT, description: `default ${DEFAULT_SEARCH_LIMIT}` })),
 }, { additionalProperties: false });
 export type SearchBody = Static<typeof SearchBody>;
 

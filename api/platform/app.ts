@@ -28,7 +28,7 @@ export function createPlatformApp(deps: PlatformDeps, mounting: Mounting, config
     openapi: {
       title: 'Cairn agent platform API',
       version: '1.0.0',
-      description: 'Agents with authored personality, project configuration, API keys and projects. Event-sourced: every command response carries X-Event-Position; queries accept X-Min-Position for read-your-writes. An answer of more than 64 KiB is cut (the connection closed before its end) when its client takes none of it for SEND_TIMEOUT_MS (default 60 s).',
+      description: 'Agents with authored personality, project configuration, API keys and projects. Event-sourced: every command response carries X-Event-Position; queries accept X-Min-Position for read-your-writes. An optional body field sent as null is the same as one left out. An answer of more than 64 KiB is cut (the connection closed before its end) when its client takes none of it for SEND_TIMEOUT_MS (default 60 s).',
       basePath: '/api/v1',
       securitySchemes: {
         key: { description: 'Project API key (`sk_…`), created with POST /projects/{projectId}/keys or `npm run ops -- keys create`. A key carries scopes (`*` is every scope); the scope an operation needs is listed in its security requirement and in `x-required-scope`, and a key without it gets 403.' },

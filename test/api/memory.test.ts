@@ -318,7 +318,7 @@ t.test('OpenAPI lists every memory operation with its schemas', async (t) => {
     'POST /v1/chat chat', 'POST /v1/context buildContext', 'POST /v1/ingest ingestFacts', 'POST /v1/memories storeMemory',
     'POST /v1/search searchMemories', 'PUT /v1/personality setPersonality',
   ]);
-  t.match(doc.paths['/v1/search'].post.requestBody.content['application/json'].schema.properties.limit, { minimum: 1, maximum: 100 });
+  t.match(doc.paths['/v1/search'].post.requestBody.content['application/json'].schema.properties.limit, { anyOf: [{ type: 'integer', minimum: 1, maximum: 100 }, { type: 'null' }], default: 5 });
   t.ok(doc.paths['/v1/search'].post.responses['200'].content['application/json'].schema.properties.results);
   // Commands carry X-Event-Position and take Idempotency-Key; the POSTs that only read do not.
   const params = (op: { parameters: Array<{ name: string }> }) => op.parameters.map((p) => p.name);

@@ -55,7 +55,7 @@ t.test('a choice among constants is an enum, as code generators expect', async (
   t.same(found, [], 'no anyOf of constants');
   const body = (doc: Doc, path: string, method: string) => (doc.paths[path]![method]!.requestBody as { content: Record<string, { schema: any }> }).content['application/json']!.schema;
   t.same(body(documents.platform, '/api/v1/agents', 'post').properties.gender, { anyOf: [{ type: 'string', enum: ['male', 'female', 'non_binary'] }, { type: 'null' }] });
-  t.match(body(documents.memory, '/v1/search', 'post').properties.mode, { type: 'string', enum: ['lexical', 'semantic', 'hybrid'], description: /BM25/ });
+  t.match(body(documents.memory, '/v1/search', 'post').properties.mode, { anyOf: [{ type: 'string', enum: ['lexical', 'semantic', 'hybrid'] }, { type: 'null' }], default: 'lexical', description: /BM25/ });
   t.match(body(documents.platform, '/api/v1/projects/{projectId}/keys', 'post').properties.scopes.items, { type: 'string', enum: ['*', 'agents:read', 'agents:write', 'config:read', 'config:write', 'projects:read'] });
 });
 

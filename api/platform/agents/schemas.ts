@@ -1,8 +1,8 @@
-import Type, { type Static, type TSchema } from 'typebox';
+import Type, { type Static } from 'typebox';
 import { LANGUAGE_PATTERN, MAX_LANGUAGE_TAG } from '../../../domain/agents/language.js';
 import { MAX_AGENT_NAME } from '../../../domain/agents/names.js';
 import { nameLength } from '../../http/validation.js';
-import { DateTime, Uuid } from '../../shared/schemas.js';
+import { DateTime, OrNull, Uuid } from '../../shared/schemas.js';
 
 const Score = Type.Number({ minimum: 0, maximum: 1 });
 export const Big5 = Type.Object({
@@ -11,8 +11,6 @@ export const Big5 = Type.Object({
 
 const Phrases = Type.Array(Type.String({ minLength: 1, maxLength: 500 }), { maxItems: 100, description: 'at most 100 phrases of 1-500 characters, well-formed Unicode' });
 const Gender = Type.Union([Type.Literal('male'), Type.Literal('female'), Type.Literal('non_binary')]);
-/** An optional field that also takes null, meaning the same as leaving it out (as answers show absent values: a client may send an agent it read back). */
-const OrNull = <T extends TSchema>(schema: T) => Type.Optional(Type.Union([schema, Type.Null()]));
 export const CreateAgentBody = Type.Object({
   name: Type.String({ ...nameLength(MAX_AGENT_NAME), description: `not empty or only whitespace; at most ${MAX_AGENT_NAME} characters after trimming and NFC normalisation, unique within the project; well-formed Unicode; no control characters, bidirectional controls, line separators, noncharacters or invisible (default-ignorable) characters, except zero-width joiners, variation selectors and tags where they shape a script or an emoji; must not look like a UUID nor be "." or ".."` }),
   personality_prompt: OrNull(Type.String({ maxLength: 16000, description: 'custom system prompt, well-formed Unicode' })),
