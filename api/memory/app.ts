@@ -19,7 +19,7 @@ export function createMemoryApp(routes: RouteDef[], mounting: Mounting, config: 
     openapi: {
       title: 'Cairn memory service API',
       version: '1.0.0',
-      description: 'Scoped memories with lexical, semantic and hybrid search, context, personality, fact extraction, single-completion chat, export and deletion. Reads wait until every event appended before the request is applied. An optional body field sent as null is the same as one left out. An answer of more than 64 KiB is cut (the connection closed before its end) when its client takes none of it for SEND_TIMEOUT_MS (default 60 s).',
+      description: 'Scoped memories with lexical, semantic and hybrid search, context, personality, fact extraction, single-completion chat, export and deletion. Reads wait until every event appended before the request is applied. An optional body field sent as null is the same as one left out, except `session`, where null is no label (see POST /v1/memories). An answer of more than 64 KiB is cut (the connection closed before its end) when its client takes none of it for SEND_TIMEOUT_MS (default 60 s).',
       basePath: '',
       securitySchemes: { owner: { description: 'MEMORY_OWNER_TOKEN, required when configured' } },
       // Without MEMORY_OWNER_TOKEN every request is served without credentials: the document says so.

@@ -56,7 +56,7 @@ t.test('a choice among constants is an enum, as code generators expect', async (
   const body = (doc: Doc, path: string, method: string) => (doc.paths[path]![method]!.requestBody as { content: Record<string, { schema: any }> }).content['application/json']!.schema;
   t.same(body(documents.platform, '/api/v1/agents', 'post').properties.gender, { anyOf: [{ type: 'string', enum: ['male', 'female', 'non_binary'] }, { type: 'null' }] });
   t.match(body(documents.memory, '/v1/search', 'post').properties.mode, { anyOf: [{ type: 'string', enum: ['lexical', 'semantic', 'hybrid'] }, { type: 'null' }], default: 'lexical', description: /BM25/ });
-  t.match(body(documents.platform, '/api/v1/projects/{projectId}/keys', 'post').properties.scopes.items, { type: 'string', enum: ['*', 'agents:read', 'agents:write', 'config:read', 'config:write', 'projects:read'] });
+  t.match(body(documents.platform, '/api/v1/projects/{projectId}/keys', 'post').properties.scopes.anyOf[0].items, { type: 'string', enum: ['*', 'agents:read', 'agents:write', 'config:read', 'config:write', 'projects:read'] });
 });
 
 /** A request to `path` (a template) with each path parameter filled in, and each required query parameter. */

@@ -387,6 +387,11 @@ t.test('key creation: names of 1-100 characters, not blank; omitted is "default"
   t.match(await (await create({ name: 'x'.repeat(100) })).json(), { name: 'x'.repeat(100) });
   t.match(await (await create({ name: '  ci  ' })).json(), { name: 'ci' }, 'trimmed');
   t.match(await (await create({})).json(), { name: 'default' });
+  const nulls = await create({ name: null, scopes: null, expires_at: null });
+  t.equal(nulls.status, 200, 'null is the same as left out');
+  t.match(await nulls.json(), { name: 'default', scopes: ['*'], expires_at: null });
+  t.same((await (await create({ name: 5, scopes: 'config:read' })).json()).errors.map((e: { location: string; message: string }) => [e.location, e.message]).sort(),
+    [['body.name', 'must be a string or null'], ['body.scopes', 'must be an array or null']], 'a wrong type still names the field and what it may be');
 });
 
 t.test('key creation: expires_at at least a millisecond ahead; scopes 1-6 distinct ones', async (t) => {

@@ -51,10 +51,10 @@ export function keyRoutes(deps: PlatformDeps, clock: () => Date): RouteDef[] {
         // The one check that depends on when it is made: a repeat sent after the key it created has expired is still a
         // repeat (409), not an invalid request (400) that would tell a retrying client its first request was refused.
         if (expiry !== undefined && repeatable && (await deps.events.streamInfo(apiKeyStream(keyId)))) throw replayed();
-        check(...nameErrors('body.name', body.name, MAX_API_KEY_NAME), expiry === undefined ? undefined : { location: 'body.expires_at', message: expiry, value: expiresAt });
+        check(...nameErrors('body.name', body.name ?? undefined, MAX_API_KEY_NAME), expiry === undefined ? undefined : { location: 'body.expires_at', message: expiry, value: expiresAt });
         const { key, prefix, hash } = generateApiKey();
         const data = {
-          key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name === undefined ? 'default' : nameForm(body.name),
+          key_id: keyId, project_id: project.project_id, tenant_id: project.tenant_id, name: body.name == null ? 'default' : nameForm(body.name),
           key_prefix: prefix, key_hash: hash, scopes: body.scopes ?? ['*'], expires_at: expiresAt === null ? null : new Date(expiresAt).toISOString(),
         };
         // The command carries the new secret's hash, so a repeat never matches the first request: it is

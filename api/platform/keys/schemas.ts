@@ -1,15 +1,15 @@
 import Type, { type Static } from 'typebox';
 import { MAX_API_KEY_NAME } from '../../../domain/apikeys/decider.js';
 import { nameLength } from '../../http/validation.js';
-import { DateTime, Uuid } from '../../shared/schemas.js';
+import { DateTime, OrNull, Uuid } from '../../shared/schemas.js';
 import { nameRules } from '../projects/schemas.js';
 
 /** Scopes a key can carry. `*` grants every operation; the others grant one family. */
 export const API_KEY_SCOPES = ['*', 'agents:read', 'agents:write', 'config:read', 'config:write', 'projects:read'] as const;
 
 export const CreateApiKeyBody = Type.Object({
-  name: Type.Optional(Type.String({ ...nameLength(MAX_API_KEY_NAME), description: `label shown in listings; default "default"; ${nameRules(MAX_API_KEY_NAME)}` })),
-  scopes: Type.Optional(Type.Array(Type.Union(API_KEY_SCOPES.map((s) => Type.Literal(s))), {
+  name: OrNull(Type.String({ ...nameLength(MAX_API_KEY_NAME), description: `label shown in listings; default "default"; ${nameRules(MAX_API_KEY_NAME)}` })),
+  scopes: OrNull(Type.Array(Type.Union(API_KEY_SCOPES.map((s) => Type.Literal(s))), {
     minItems: 1, maxItems: API_KEY_SCOPES.length, uniqueItems: true, description: 'default ["*"]',
   })),
   expires_at: Type.Optional(Type.Union([DateTime, Type.Null()], { description: 'RFC 3339 time in the future; null or absent: no expiry' })),
