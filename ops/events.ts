@@ -11,6 +11,8 @@ interface TailOptions {
   actor?: string[];
   streamPrefix?: string[];
   from?: number;
+  since?: number;
+  until?: number;
   untilHead?: boolean;
   count?: number;
   json?: boolean;
@@ -27,6 +29,8 @@ export function eventCommands(program: Command): void {
     .option('--actor <actor...>', 'only events whose actor is one of these, as printed: key:<key id>, user:<subject>, owner, anonymous, ops:<login>@<host> (repeatable, or comma-separated)', actorList)
     .option('--stream-prefix <prefix>', 'only events of streams whose name starts with this, e.g. agent- (repeatable; not split at commas)', streamPrefixList)
     .option('--from <position>', 'start after this log position (0 = from the beginning; default: the current head, or 0 with --until-head)', nonNegativeInt)
+    .option('--since <time>', 'start at the first event recorded at or after this time: RFC 3339 with a zone (2026-11-24T14:02:00Z, …+01:00) or a date (from its start, UTC)', (raw: string) => timeOption(raw))
+    .option('--until <time>', 'stop after the last event recorded at or before this time (as --since; a date means its end, UTC), or at the log\'s head as it was when the command started', (raw: string) => timeOption(raw, true))
     .option('--until-head', 'stop at the log\'s head as it was when the command started, instead of following (with the other filters: a search of the history)')
     .option('--count <n>', 'stop after this many events', positiveInt)
     .option('--json', 'print one JSON object per line')
@@ -35,6 +39,8 @@ export function eventCommands(program: Command): void {
       + '\nWhat did request X do, and what did key K do, from the start of the log:'
       + '\n  events tail --until-head --correlation X'
       + '\n  events tail --until-head --actor key:K --type AgentCreated,ApiKeyCreated'
+      + '\nWhat happened during an incident (times as the log recorded them, in UTC: the `recorded_at` column):'
+      + '\n  events tail --since 2026-11-24T14:02:00Z --until 2026-11-24T14:20:00Z'
       + '\nTo stop after N events, use --count N: piped into `head -N`, the tail ends only when the next event comes after head has exited.')
     .action(async (opts: TailOptions) => withEventLog(async (events) => {
       const abort = new AbortController();
@@ -42,11 +48,14 @@ export function eventCommands(program: Command): void {
       process.once('SIGINT', stop);
       try {
         const head = await events.headPosition();
+        // --until is a search of the history too: it ends at the head at the latest.
+        const untilHead = opts.untilHead || opts.until !== undefined;
         // A history read from the current head would read nothing: with --until-head the default is the beginning.
-        const from = opts.from ?? (opts.untilHead ? 0 : head);
+        let from = opts.from ?? (untilHead || opts.since !== undefined ? 0 : head);
+        if (opts.since !== undefined && from < head) from = Math.max(from, await positionBefore(events, opts.since, from, head));
         // A position from another log (a restored backup, a mistyped number) would skip, without a word, every event
         // appended until the log reaches it: the operator would take a quiet tail for a quiet log.
-        if (from > head) notice(`note: --from ${from} is past the log's head (${head}); ${opts.untilHead ? 'there is nothing to show' : `events up to position ${from} will not be shown`}`);
+        if (from > head) notice(`note: --from ${from} is past the log's head (${head}); ${untilHead ? 'there is nothing to show' : `events up to position ${from} will not be shown`}`);
         const filter = opts.type?.length || opts.streamPrefix?.length ? { types: opts.type, streamPrefixes: opts.streamPrefix } : undefined;
         // A filter that cannot match (a typo) says so: an empty answer would pass for "nothing happened".
         const notes = [
@@ -55,19 +64,23 @@ export function eventCommands(program: Command): void {
           opts.actor && unwrittenActorsNote(opts.actor),
         ];
         for (const note of notes) if (note) notice(`note: ${note}`);
-        if (opts.untilHead && from >= head) return;
+        if (untilHead && from >= head) return;
         const correlations = opts.correlation && new Set(opts.correlation);
         const actors = opts.actor && new Set(opts.actor);
         // --until-head: the subscription says how far it has read, also past events the filters skip, so that a
         // search whose last match lies before the head ends there rather than waiting for an event past it.
         const reachedHead = new AbortController();
-        const onPosition = opts.untilHead ? (position: number) => { if (position >= head) reachedHead.abort(); } : undefined;
-        const signal = opts.untilHead ? AbortSignal.any([abort.signal, reachedHead.signal]) : abort.signal;
+        const onPosition = untilHead ? (position: number) => { if (position >= head) reachedHead.abort(); } : undefined;
+        const signal = untilHead ? AbortSignal.any([abort.signal, reachedHead.signal]) : abort.signal;
         let seen = 0;
         let skipped = 0;
         for await (const event of events.subscribeToAll(from, { filter, signal, onPosition })) {
-          if (opts.untilHead && event.position > head) break;
-          if ((correlations && !correlations.has(event.metadata.correlation_id)) || (actors && !actors.has(event.metadata.actor))) {
+          if (untilHead && event.position > head) break;
+          const recorded = opts.since !== undefined || opts.until !== undefined ? Date.parse(event.recorded_at) : 0;
+          // Times follow positions (each log records its commits in order), so the first event past --until ends the search.
+          if (opts.until !== undefined && recorded > opts.until) break;
+          if ((correlations && !correlations.has(event.metadata.correlation_id)) || (actors && !actors.has(event.metadata.actor))
+            || (opts.since !== undefined && recorded < opts.since)) {
             // The store yields without a turn of the event loop while it reads a batch: a search through a large
             // log that finds little would otherwise hold back Ctrl-C until it is done.
             if (++skipped % SKIPS_PER_TURN === 0) await new Promise((resolve) => setImmediate(resolve));
@@ -78,7 +91,7 @@ export function eventCommands(program: Command): void {
               : `${printable(`${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${cell(view.correlation_id)}  ${cell(view.actor)}  ${JSON.stringify(view.data)}`)}\n`, abort.signal);
             if (opts.count !== undefined && ++seen >= opts.count) break;
           }
-          if (opts.untilHead && event.position >= head) break;
+          if (untilHead && event.position >= head) break;
         }
         await flushOut(abort.signal);
       } catch (error) {
@@ -90,6 +103,49 @@ export function eventCommands(program: Command): void {
         if (abort.signal.aborted) abandonOutput();
       }
     }));
+}
+
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2}))?$/;
+
+/**
+ * Option parser for `--since` and `--until`: a time in milliseconds. RFC 3339 with its zone, never a local time (an
+ * operator's 14:02 is not the log's); a date alone is its first millisecond, UTC, or for `--until` (`end`) its last.
+ */
+export function timeOption(raw: string, end = false): number {
+  const match = RFC3339.exec(raw.trim());
+  const time = match ? Date.parse(match[4] === undefined ? `${raw.trim()}T00:00:00Z` : raw.trim()) : Number.NaN;
+  // Date.parse rolls over what RFC 3339 refuses (2026-02-30): the date must read back as written.
+  const date = Number.isNaN(time) ? undefined : new Date(time + (match![8] ? offsetMs(match![8]) : 0));
+  if (!match || !date || date.toISOString().slice(0, 10) !== `${match[1]}-${match[2]}-${match[3]}`) {
+    throw new InvalidArgumentError('expected an RFC 3339 time with its zone, e.g. 2026-11-24T14:02:00Z or 2026-11-24T15:02:00+01:00, or a date, 2026-11-24 (UTC)');
+  }
+  return match[4] === undefined && end ? time + 86_400_000 - 1 : time;
+}
+
+/** The offset of an RFC 3339 zone (`Z`, `+01:00`), in milliseconds east of UTC. */
+function offsetMs(zone: string): number {
+  if (/^z$/i.test(zone)) return 0;
+  const sign = zone.startsWith('-') ? -1 : 1;
+  return sign * (Number(zone.slice(1, 3)) * 60 + Number(zone.slice(4, 6))) * 60_000;
+}
+
+/**
+ * The position after which events are recorded at or after `since`, between `from` and `head`. The embedded log's
+ * positions are 1 to its head without a gap, and its times follow them (each commit's time, in commit order): a
+ * binary search reads about log2(head) single events. EventStoreDB's positions are byte offsets, which cannot be
+ * read from at random: there the tail reads from `from` and passes over earlier events by their time.
+ */
+export async function positionBefore(events: EventStore, since: number, from: number, head: number): Promise<number> {
+  if (events.kind !== 'embedded') return from;
+  let low = from + 1;
+  let high = head + 1;
+  while (low < high) {
+    const middle = Math.floor((low + high) / 2);
+    const [event] = await events.readAll(middle - 1, { limit: 1 });
+    if (event && Date.parse(event.recorded_at) < since) low = event.position + 1;
+    else high = middle;
+  }
+  return low - 1;
 }
 
 /**
