@@ -5,7 +5,15 @@ import type { AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEven
 import { isRepeatable, type CommandContext, type Decider, type DomainEvent } from '../domain/shared/decider.js';
 
 const EVENT_ID_NAMESPACE = '6f1c7a8e-3d1f-4b59-9a43-2b8f1c0e5d77';
-const MAX_ATTEMPTS = 5;
+/** Conflicts of its own with another writer a command is decided again after (see handleAll); the next one is a 409. */
+const MAX_CONFLICTS = 5;
+/**
+ * Decisions a command gets in all, most of them lost with an append of this node's that they were decided behind,
+ * each another command's conflict: a bound for a stream contended without end, far past what contention reaches.
+ */
+const MAX_DECISIONS = 10 * MAX_CONFLICTS;
+/** After its n-th conflict (n ≥ 2) a command waits a random time up to BACKOFF_MS·2ⁿ⁻² before it is decided again. */
+const BACKOFF_MS = 5;
 
 /**
  * Bounds of the cached states: streams, and their weight in items (Decider.size: a memory scope weighs its live
@@ -171,6 +179,12 @@ class StateCache {
  */
 const isWritten = (result: AppendResult, revision: number): boolean => result.revision === revision && result.written !== false;
 
+/** `entry` is `failed`, or was decided on it (or on one decided on it, …): it stands on what `failed` was to append. */
+function standsOn(entry: CacheEntry<unknown> | undefined, failed: CacheEntry<unknown>): boolean {
+  for (let at: CacheEntry<unknown> | undefined = failed; at; at = at.heir) if (at === entry) return true;
+  return false;
+}
+
 /** A refusal decided on a state that includes an append still on its way (`append`: its position). */
 class RefusedBehindAppend {
   constructor(readonly refusal: unknown, readonly append: Promise<number>) {}
@@ -313,6 +327,7 @@ export class CommandBus {
     const sequences = steps.map(() => meta.sequence.next++);
     const streams = steps.map((s) => s.stream);
     if (new Set(streams).size !== streams.length) throw new Error('handleAll: one command per stream');
+    let conflicts = 0;
     for (let attempt = 1; ; attempt++) {
       let results: Array<CommandResult<unknown, DomainEvent>>;
       const decided = await this.withStreamLocks([...streams].sort(), async () => {
@@ -343,8 +358,8 @@ export class CommandBus {
       if (decided instanceof RefusedBehindAppend) {
         const outcome = await decided.append.then(() => ({ written: true as const }), (error: unknown) => ({ written: false as const, error }));
         if (outcome.written) throw decided.refusal;
-        if (attempt >= MAX_ATTEMPTS) throw outcome.error;
-        continue; // the refusal was decided on a state that never was: decide again on the log's
+        if (attempt >= MAX_DECISIONS) throw outcome.error;
+        continue; // the refusal was decided on a state that never was: decide again on the log's (no conflict of its own)
       }
       try {
         const appended = decided.append ? await decided.append : [];
@@ -375,19 +390,32 @@ export class CommandBus {
         // decided on it since, whose own append will fail too): the next command reads the stream from the log.
         if (decided.append) {
           for (const { i, stream } of decided.writing) {
-            this.cache.delete(stream);
+            // What stands on the failed append goes, not a state decided since on the log's (by a command that failed
+            // before this one and was decided again: dropped, the next command would be decided without its append).
+            if (standsOn(this.cache.get(stream), decided.entries[i]!)) this.cache.delete(stream);
             // The state this append was decided on is still the log's at its revision if nothing has been decided
             // on the failed append since (which would have applied its events to it, in place): keep it, to read
             // only what was written since (another node's events, or this append's after all, if its outcome was unknown).
             const below = decided.each[i]!.entry;
-            if (below.heir === decided.entries[i] && below.current) {
+            if (below.heir === decided.entries[i] && below.current && this.cache.get(stream) === undefined) {
               below.heir = undefined;
               below.suspect = true;
               this.remember(stream, below);
             }
           }
         }
-        if (!(error instanceof WrongExpectedVersionError) || attempt >= MAX_ATTEMPTS) throw error;
+        if (!(error instanceof WrongExpectedVersionError)) throw error;
+        // Only a conflict of this command's own decision counts: one made on the log's state (or on appends of this
+        // node's that were written) that another writer got ahead of. The commands decided behind an append of this
+        // node's that failed fail with it, each on a state that never was, without a try of their own: they are
+        // decided again at once, uncounted. The first conflict may only mean that the cached state was behind, and
+        // is decided again at once too; a decision on the state just read that conflicts again meets a writer busy
+        // on the stream now, and waits a random, growing time first (full jitter), so that the writers part.
+        if (await this.decidedOnWritten(decided.each)) {
+          if (++conflicts >= MAX_CONFLICTS) throw error;
+          if (conflicts > 1) await new Promise((resolve) => setTimeout(resolve, Math.random() * BACKOFF_MS * 2 ** (conflicts - 2)));
+        }
+        if (attempt >= MAX_DECISIONS) throw error;
         continue;
       }
       // A refusal recorded for a request sent with an Idempotency-Key, appended now or, for a repeat, found in
@@ -413,6 +441,11 @@ export class CommandBus {
     if (stored.length !== ids.length || stored.some((e, i) => e.id !== ids[i]!.id)) throw new Error(`idempotent replay on ${stream}: the log does not hold the events it reported`);
     const { state } = await this.read(stream, decider);
     return { events: stored.map((e) => ({ type: e.type, data: e.data }) as Event), state };
+  }
+
+  /** Every state these decisions were made on is the log's: read from it, or including only appends that were written. */
+  private decidedOnWritten(decisions: Array<{ entry: CacheEntry<unknown> }>): Promise<boolean> {
+    return Promise.all(decisions.map((d) => d.entry.position)).then(() => true, () => false);
   }
 
   /** The log has events of `stream` past the cached state: another process appended to it. */
