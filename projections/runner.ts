@@ -39,6 +39,15 @@ function isProviderFailure(error: unknown): boolean {
   return (error as Error | undefined)?.name === 'ProviderError';
 }
 
+/**
+ * How often a runner waiting for events looks at its stored checkpoint. A rebuild swapped in is otherwise found only by
+ * the runner's next commit (refused, the checkpoint having moved): soon enough when the rebuilt generation caught up with
+ * this runner, but not when this runner's checkpoint lies past the end of the log (restored from an older backup, see
+ * readModelsAhead): the rebuilt one is lower, and the events appended from there up to the stale checkpoint never come
+ * to this runner's subscription, so it would neither apply them nor commit, and would answer waits for them at once.
+ */
+const CHECKPOINT_CHECK_MS = 1000;
+
 /** How often a failure that keeps repeating is logged again. */
 const REPEAT_LOG_INTERVAL_MS = 60_000;
 /**
@@ -278,8 +287,12 @@ export class ProjectionRunner {
     try {
       let pending: Promise<IteratorResult<RecordedEvent>> | undefined;
       for (;;) {
-        const first = await (pending ?? iterator.next());
+        const first = await this.nextOrSwapped(pending ?? iterator.next());
         pending = undefined;
+        if (first === SWAPPED) {
+          this.moved = true;
+          return;
+        }
         if (first.done) return;
         const batch: RecordedEvent[] = [first.value];
         this.holding = 1;
@@ -316,6 +329,23 @@ export class ProjectionRunner {
       local.abort();
       this.abort.signal.removeEventListener('abort', stop);
       await iterator.return?.();
+    }
+  }
+
+  /**
+   * `next`, or SWAPPED once another generation of this projection went live (a rebuild swapped in) while it waited: the
+   * stored checkpoint is looked at every CHECKPOINT_CHECK_MS of the wait (a read store that fails to answer is looked at
+   * again next time; a failing runner does this in backOff).
+   */
+  private async nextOrSwapped(next: Promise<IteratorResult<RecordedEvent>>): Promise<IteratorResult<RecordedEvent> | typeof SWAPPED> {
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const check = new Promise<typeof IDLE>((resolve) => { timer = setTimeout(() => resolve(IDLE), CHECKPOINT_CHECK_MS); });
+      const result = await Promise.race([next, check]).finally(() => clearTimeout(timer));
+      if (result !== IDLE) return result;
+      if (this.abort.signal.aborted) return next;
+      const stored = await this.store.checkpoint(this.name).catch(() => undefined);
+      if (stored && stored.generation !== this.generation) return SWAPPED;
     }
   }
 
@@ -580,6 +610,7 @@ export function waitForPosition(
 }
 
 const IDLE = Symbol('idle');
+const SWAPPED = Symbol('swapped');
 function delay(ms: number): Promise<typeof IDLE> {
   if (ms <= 0) return new Promise((resolve) => setImmediate(() => resolve(IDLE)));
   return new Promise((resolve) => setTimeout(() => resolve(IDLE), ms));

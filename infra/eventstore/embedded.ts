@@ -97,6 +97,7 @@ export class EmbeddedEventStore implements EventStore {
     this.stmt = {
       streamRow: this.db.prepare<[string], StreamRow>('SELECT * FROM streams WHERE name = ?'),
       head: this.db.prepare<[], { p: number | null }>('SELECT MAX(position) AS p FROM events'),
+      idAt: this.db.prepare<[number], { id: string }>('SELECT id FROM events WHERE position = ?'),
       readStream: this.db.prepare<[string, number, number], EventRow>(
         `SELECT ${COLUMNS} FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?`).raw(),
       readAll: this.scan.prepare<[number, number], EventRow>(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`).raw(),
@@ -207,6 +208,19 @@ export class EmbeddedEventStore implements EventStore {
     if (this.tail.length > 2 * TAIL_SIZE) this.tail = this.tail.slice(-TAIL_SIZE);
   }
 
+  /**
+   * Drops the tail unless the log still holds its last event at its position. A log restored from an older backup
+   * under this process (SQLite's backup API: `sqlite3 events.db ".restore backup.db"`) ends before it, or holds other
+   * events there (appended since the restore): served from the tail, the lost events would reach the subscribers
+   * (a projection resuming from a rebuilt checkpoint would apply them). The log only grows otherwise: if its last
+   * event is there, so is every one before it. Looked at where the tail is read after the log may have changed
+   * without this object's knowledge: at a subscription's start and after each cross-process poll, and before ingesting.
+   */
+  private checkTail(): void {
+    const last = this.tail.at(-1);
+    if (last && this.stmt.idAt.get(last.position)?.id !== last.id) this.tail = [];
+  }
+
   /** Events after `fromPosition` from the in-memory tail, or undefined when the tail does not cover it. */
   private fromTail(fromPosition: number, limit: number): RecordedEvent[] | undefined {
     const tail = this.tail;
@@ -269,6 +283,7 @@ export class EmbeddedEventStore implements EventStore {
     this.subscribers += 1;
     try {
       while (!signal?.aborted && !this.closed) {
+        if (mustRead) this.checkTail();
         const tailEnd = this.tail.length > 0 ? this.tail[this.tail.length - 1]!.position : -1;
         let batch = this.fromTail(position, 512);
         // Read from the log up to here (behind the tail, with a filter: SQLite selects the matching events).
@@ -335,6 +350,11 @@ export class EmbeddedEventStore implements EventStore {
     const ingest = () => {
       timer = undefined;
       if (this.closed || this.writerThread) return;
+      // A log restored under this process (see checkTail): from its end on, its events are read anew.
+      if (this.tail.length > 0) {
+        this.checkTail();
+        if (this.tail.length === 0) known = Math.min(known, this.stmt.head.get()?.p ?? 0);
+      }
       // Other processes' commits are not announced: after many of them, read only what the tail keeps (the
       // subscriptions behind it read the log), not every event since the last announcement, parsed and dropped.
       known = Math.max(known, announced - TAIL_SIZE);
