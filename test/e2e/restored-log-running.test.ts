@@ -167,3 +167,28 @@ for (const { thread, writeBefore } of cases) {
     t.equal((await readyz(app)).status, 200, 'still ready');
   });
 }
+
+t.test('a lost text sent again after the restore is stored again, not answered from the state the command bus had cached', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-restored-running-'));
+  const backupDir = mkdtempSync(join(tmpdir(), 'cairn-restored-running-backup-'));
+  t.teardown(() => {
+    rmSync(dataDir, { recursive: true, force: true });
+    rmSync(backupDir, { recursive: true, force: true });
+  });
+  const backup = join(backupDir, 'events.db');
+  const app = await startTestCairn({ PROJECTIONS_THREAD: 'false' }, { dataDir });
+  t.teardown(() => app.stop());
+  await store(app, 'Sam plays the cello');
+  backupLog(join(dataDir, 'events.db'), backup);
+  t.equal(await store(app, 'Sam is allergic to peanuts'), 2);
+  await restoreLogUnder(backup, join(dataDir, 'events.db'));
+  t.equal(await app.events.headPosition(), 1, 'the restored log ends before it');
+  // The bus's cached state of the scope still holds the lost memory: deciding on it, the store would change nothing.
+  const again = await store(app, 'Sam is allergic to peanuts');
+  const log = await app.events.readAll(0, { limit: 10 });
+  t.strictSame(log.map((e) => [e.position, e.type, (e.data as { text?: string }).text]), [
+    [1, 'MemoryStored', 'Sam plays the cello'],
+    [2, 'MemoryStored', 'Sam is allergic to peanuts'],
+  ], 'the store is in the log again');
+  t.equal(again, 2, 'answered with the position of its new event');
+});
