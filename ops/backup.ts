@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { SingleBar } from 'cli-progress';
 import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
@@ -48,7 +49,8 @@ that did not finish (kill -9, a crash, a power loss) left in DIR is removed by t
 Exit code: 0 when the backup is written; 1 when it was refused or failed, 130, 143 or 129 when SIGINT, SIGTERM or
 SIGHUP stopped it (and then nothing of it is left).`)
     .action(async (dir: string, opts: { readModels?: boolean; json?: boolean }) => {
-      const result = await backup(operatorPath(dir), opts.readModels === true);
+      // As `projections rebuild`: a bar on a terminal, nothing in scripts and logs.
+      const result = await backup(operatorPath(dir), opts.readModels === true, !opts.json && process.stderr.isTTY === true);
       if (opts.json) return printJson(result);
       printTable(result.files, ['file', 'bytes', 'sha256']);
       process.stdout.write(`backup in ${result.dir}: the event log up to position ${result.head} (${count(result.events, 'event')}), `
@@ -62,7 +64,7 @@ SIGHUP stopped it (and then nothing of it is left).`)
  * Copies the read models before the log: in the backup they are never ahead of its log (a server would refuse
  * them), only behind, and catch up at start. If anything fails or a stop signal comes, what was written goes.
  */
-async function backup(target: string, readModels: boolean): Promise<Backup> {
+async function backup(target: string, readModels: boolean, progress = false): Promise<Backup> {
   const started = new Date();
   const config = loadConfig();
   refuseServers(config, readModels);
@@ -75,7 +77,7 @@ async function backup(target: string, readModels: boolean): Promise<Backup> {
   try {
     const taken = takeDirectory(target, config.dataDir);
     try {
-      await copyDatabases(join(target, LOCK), files.map((file) => [join(config.dataDir, file), join(target, partial(file))]), stop.signal);
+      await copyDatabases(join(target, LOCK), files.map((file) => [join(config.dataDir, file), join(target, partial(file))]), stop.signal, progress);
       for (const file of files) renameSync(join(target, partial(file)), join(target, file));
       const log = logFacts(join(target, EVENT_LOG));
       const listed: Manifest['files'] = [];
@@ -282,7 +284,7 @@ function createEmpty(path: string): boolean {
  * which kills the copy at once (see backup-copy.ts for why it is a process of its own). It gets a pipe for stdin
  * that this process never writes: it ends the copy when the pipe closes, that is when this process ends, however.
  */
-async function copyDatabases(lock: string, pairs: string[][], signal: AbortSignal): Promise<void> {
+async function copyDatabases(lock: string, pairs: string[][], signal: AbortSignal, progress = false): Promise<void> {
   signal.throwIfAborted();
   const fromSources = import.meta.url.endsWith('.ts');
   const script = fileURLToPath(new URL(`./backup-copy.${fromSources ? 'ts' : 'js'}`, import.meta.url));
@@ -292,13 +294,40 @@ async function copyDatabases(lock: string, pairs: string[][], signal: AbortSigna
   signal.addEventListener('abort', kill, { once: true });
   let stderr = '';
   child.stderr.setEncoding('utf8').on('data', (text: string) => { stderr += text; });
+  const bar = progress ? copyProgress(pairs) : undefined;
   try {
     const [code, ended] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null];
     signal.throwIfAborted();
     if (code !== 0) throw new OpsError(stderr.trim().split('\n').at(-1) || `copying failed: the copying process ${code === null ? `was ended by ${ended}` : `exited with ${code}`}`);
+    bar?.done();
   } finally {
+    bar?.stop();
     signal.removeEventListener('abort', kill);
   }
+}
+
+const MB = 1024 * 1024;
+
+/**
+ * A progress bar on stderr for the copies: what the copies hold so far, read from their files' sizes four times a
+ * second, against what the originals hold (their files and WALs: about what VACUUM INTO writes, which leaves out free
+ * pages and takes in the WAL's newer ones, so "about", and never shown past 99% before the copy ends).
+ */
+function copyProgress(pairs: string[][]): { done(): void; stop(): void } {
+  const size = (path: string) => { try { return statSync(path).size; } catch { return 0; } };
+  const total = Math.max(1, pairs.reduce((sum, [source]) => sum + size(source!) + size(`${source}-wal`), 0));
+  const copied = () => pairs.reduce((sum, [, target]) => sum + size(target!), 0);
+  const bar = new SingleBar({ stream: process.stderr, format: 'copying [{bar}] {percentage}% | {mb} MB of about {total_mb} MB | {duration_formatted}' });
+  const show = (value: number) => bar.update(value, { mb: (value / MB).toFixed(1) });
+  bar.start(total, 0, { mb: '0.0', total_mb: (total / MB).toFixed(1) });
+  const timer = setInterval(() => show(Math.min(copied(), Math.floor(total * 0.99))), 250);
+  return {
+    done: () => show(total),
+    stop: () => {
+      clearInterval(timer);
+      bar.stop();
+    },
+  };
 }
 
 /**
