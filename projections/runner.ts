@@ -142,10 +142,10 @@ export class ProjectionRunner {
      * `batchWindowMs`: how long a batch waits for more events (default 2 ms). 0 takes only what is already
      * there: for a store that delivers commits in gathered chunks anyway (the projection thread's, which
      * reads announced commits at most every 2 ms), a second window would only add lag.
-     * `recoveredAfterMs`: RECOVERED_AFTER_MS; `retryDelayMs`, `retryDelayMaxMs`: RETRY_DELAY_MS and RETRY_DELAY_MAX_MS
-     * (tests shorten them).
+     * `recoveredAfterMs`: RECOVERED_AFTER_MS; `retryDelayMs`, `retryDelayMaxMs`: RETRY_DELAY_MS and RETRY_DELAY_MAX_MS;
+     * `checkpointCheckMs`: CHECKPOINT_CHECK_MS (tests shorten them).
      */
-    private readonly options: { batchWindowMs?: number; recoveredAfterMs?: number; retryDelayMs?: number; retryDelayMaxMs?: number } = {},
+    private readonly options: { batchWindowMs?: number; recoveredAfterMs?: number; retryDelayMs?: number; retryDelayMaxMs?: number; checkpointCheckMs?: number } = {},
   ) {
     this.progress.setMaxListeners(0);
   }
@@ -338,15 +338,28 @@ export class ProjectionRunner {
    * again next time; a failing runner does this in backOff).
    */
   private async nextOrSwapped(next: Promise<IteratorResult<RecordedEvent>>): Promise<IteratorResult<RecordedEvent> | typeof SWAPPED> {
-    for (;;) {
+    // One reaction on `next`, however long it waits (a projection whose events are rare waits for days): a
+    // Promise.race per check would add one to it every check, all held until an event comes.
+    let settled = false;
+    let wake: (() => void) | undefined;
+    const settle = () => {
+      settled = true;
+      wake?.();
+    };
+    next.then(settle, settle);
+    while (!settled && !this.abort.signal.aborted) {
       let timer: NodeJS.Timeout | undefined;
-      const check = new Promise<typeof IDLE>((resolve) => { timer = setTimeout(() => resolve(IDLE), CHECKPOINT_CHECK_MS); });
-      const result = await Promise.race([next, check]).finally(() => clearTimeout(timer));
-      if (result !== IDLE) return result;
-      if (this.abort.signal.aborted) return next;
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        timer = setTimeout(resolve, this.options.checkpointCheckMs ?? CHECKPOINT_CHECK_MS);
+      });
+      clearTimeout(timer);
+      wake = undefined;
+      if (settled || this.abort.signal.aborted) break;
       const stored = await this.store.checkpoint(this.name).catch(() => undefined);
       if (stored && stored.generation !== this.generation) return SWAPPED;
     }
+    return next;
   }
 
   private async applyBatch(batch: RecordedEvent[]): Promise<boolean> {

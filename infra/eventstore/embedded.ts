@@ -350,10 +350,12 @@ export class EmbeddedEventStore implements EventStore {
     const ingest = () => {
       timer = undefined;
       if (this.closed || this.writerThread) return;
-      // A log restored under this process (see checkTail): from its end on, its events are read anew.
-      if (this.tail.length > 0) {
-        this.checkTail();
-        if (this.tail.length === 0) known = Math.min(known, this.stmt.head.get()?.p ?? 0);
+      // A log restored under this process (see checkTail): from its end on, its events are read anew, and the heads
+      // announced count from there (else its new events, at positions read before, would wait for it to pass its old head).
+      if (this.tail.length > 0) this.checkTail();
+      if (this.tail.length === 0) {
+        const head = this.stmt.head.get()?.p ?? 0;
+        if (head < known) known = announced = head;
       }
       // Other processes' commits are not announced: after many of them, read only what the tail keeps (the
       // subscriptions behind it read the log), not every event since the last announcement, parsed and dropped.
@@ -371,9 +373,11 @@ export class EmbeddedEventStore implements EventStore {
       this.appended.emit('appended', known);
     };
     this.channel.onmessage = (message) => {
-      announced = Math.max(announced, (message as { data: number }).data);
-      // Announcements that arrive within INGEST_WINDOW_MS are read (and wake the subscriptions) once.
-      if (announced > known && !timer) timer = setTimeout(ingest, INGEST_WINDOW_MS);
+      const head = (message as { data: number }).data;
+      announced = Math.max(announced, head);
+      // Announcements that arrive within INGEST_WINDOW_MS are read (and wake the subscriptions) once. A head below
+      // one already read is a log restored under this process: ingest finds out (see above).
+      if ((announced > known || head < known) && !timer) timer = setTimeout(ingest, INGEST_WINDOW_MS);
     };
   }
 
