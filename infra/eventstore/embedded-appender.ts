@@ -26,6 +26,9 @@ CREATE TABLE IF NOT EXISTS streams (
 ) WITHOUT ROWID;
 `;
 
+/** How far behind the log's last time a commit's clock may be and still be stamped with that time (see commit). */
+export const MAX_CLOCK_STEP_BACK_MS = 60_000;
+
 /** An event as it crosses to the writer thread: its data and metadata already the JSON text the log stores. */
 export interface SerialisedEvent {
   id: string;
@@ -89,7 +92,7 @@ export class Appender {
       idAt: db.prepare<[string, number], { id: string }>('SELECT id FROM events WHERE stream = ? AND revision = ?'),
       findById: db.prepare<[string], { stream: string; revision: number; position: number }>('SELECT stream, revision, position FROM events WHERE id = ?'),
       streamRow: db.prepare<[string], { revision: number; last_position: number }>('SELECT revision, last_position FROM streams WHERE name = ?'),
-      head: db.prepare<[], { p: number | null }>('SELECT MAX(position) AS p FROM events'),
+      last: db.prepare<[], { p: number; t: string }>('SELECT position AS p, recorded_at AS t FROM events ORDER BY position DESC LIMIT 1'),
       insert: db.prepare('INSERT INTO events (position, id, stream, revision, type, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
       // Positional parameters: binding a named-parameter object costs more per call.
       upsertStream: db.prepare<[string, number, number, number, number, string, string]>(`INSERT INTO streams
@@ -102,10 +105,15 @@ export class Appender {
   commit(batch: AppendRequest[]): { outcomes: AppendOutcome[]; head: number; recorded_at: string } {
     const outcomes: AppendOutcome[] = [];
     let head = 0;
-    const now = new Date().toISOString();
+    let now = new Date().toISOString();
     try {
       this.db.transaction(() => {
-        head = this.stmt.head.get()?.p ?? 0;
+        const last = this.stmt.last.get();
+        head = last?.p ?? 0;
+        // Never before the log's last event when the clock was set back by up to a minute (a step of NTP's, another
+        // process's clock a little behind): the times follow the positions, as audits by time (`ops events tail
+        // --since/--until`) read them. A log stamped further ahead (a clock that had jumped) is not followed there.
+        if (last && last.t > now && Date.parse(last.t) - Date.parse(now) <= MAX_CLOCK_STEP_BACK_MS) now = last.t;
         for (const request of batch) {
           try {
             const parts = this.applyRequest(request, head, now);
