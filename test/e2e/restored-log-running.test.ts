@@ -1,10 +1,7 @@
 import t from 'tap';
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { loadConfig } from '../../infra/config.js';
 import { createLogger } from '../../infra/logger.js';
@@ -12,6 +9,7 @@ import { openStores } from '../../infra/stores.js';
 import { allProjections } from '../../projections/index.js';
 import { rebuildProjection } from '../../projections/rebuild.js';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
+import { startScript } from '../support/processes.js';
 
 // The event log restored from an older backup under a running server (SQLite's online backup API writing the backup into
 // the live events.db, as `sqlite3 events.db ".restore backup.db"` does), then mended with `ops projections rebuild` from
@@ -54,18 +52,8 @@ async function readyzUntil(app: TestCairn, until: (r: Ready) => boolean, ms = 10
   }
 }
 
-/** Runs one of Cairn's entry points as a process, to its end. */
-async function run(script: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), fileURLToPath(new URL(`../../${script}`, import.meta.url)), ...args], {
-    env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (chunk: Buffer) => { stdout += chunk.toString(); });
-  child.stderr!.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
-  const [code] = (await once(child, 'exit')) as [number];
-  return { code, stdout, stderr };
-}
+/** Runs one of Cairn's entry points as a process, to its end (as operators run it: see startScript). */
+const run = (script: string, args: string[], env: NodeJS.ProcessEnv) => startScript(script, args, env).done;
 
 /** A consistent copy of the log (what `ops backup` makes), taken while the server runs. */
 function backupLog(from: string, to: string): void {
