@@ -1,4 +1,5 @@
 import { InvalidArgumentError, type Command } from 'commander';
+import { IsDate, IsDateTime } from 'typebox/format';
 import { EVENT_TYPES } from '../domain/event-types.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import { abandonOutput, cell, flushOut, jsonLine, notice, printable, quoted, writeOut } from './output.js';
@@ -105,28 +106,18 @@ export function eventCommands(program: Command): void {
     }));
 }
 
-const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2}))?$/;
-
 /**
  * Option parser for `--since` and `--until`: a time in milliseconds. RFC 3339 with its zone, never a local time (an
- * operator's 14:02 is not the log's); a date alone is its first millisecond, UTC, or for `--until` (`end`) its last.
+ * operator's 14:02 is not the log's), checked as `keys create --expires-at` checks its time (TypeBox's date-time
+ * format: real dates and times only), with the space RFC 3339 allows for the `T`; a date alone is its first
+ * millisecond, UTC, or for `--until` (`end`) its last.
  */
 export function timeOption(raw: string, end = false): number {
-  const match = RFC3339.exec(raw.trim());
-  const time = match ? Date.parse(match[4] === undefined ? `${raw.trim()}T00:00:00Z` : raw.trim()) : Number.NaN;
-  // Date.parse rolls over what RFC 3339 refuses (2026-02-30): the date must read back as written.
-  const date = Number.isNaN(time) ? undefined : new Date(time + (match![8] ? offsetMs(match![8]) : 0));
-  if (!match || !date || date.toISOString().slice(0, 10) !== `${match[1]}-${match[2]}-${match[3]}`) {
-    throw new InvalidArgumentError('expected an RFC 3339 time with its zone, e.g. 2026-11-24T14:02:00Z or 2026-11-24T15:02:00+01:00, or a date, 2026-11-24 (UTC)');
-  }
-  return match[4] === undefined && end ? time + 86_400_000 - 1 : time;
-}
-
-/** The offset of an RFC 3339 zone (`Z`, `+01:00`), in milliseconds east of UTC. */
-function offsetMs(zone: string): number {
-  if (/^z$/i.test(zone)) return 0;
-  const sign = zone.startsWith('-') ? -1 : 1;
-  return sign * (Number(zone.slice(1, 3)) * 60 + Number(zone.slice(4, 6))) * 60_000;
+  const text = raw.trim();
+  if (IsDate(text)) return Date.parse(`${text}T00:00:00Z`) + (end ? 86_400_000 - 1 : 0);
+  const dateTime = text.replace(/^(\d{4}-\d{2}-\d{2}) /, '$1T');
+  if (IsDateTime(dateTime)) return Date.parse(dateTime);
+  throw new InvalidArgumentError('expected an RFC 3339 time with its zone, e.g. 2026-11-24T14:02:00Z or 2026-11-24T15:02:00+01:00, or a date, 2026-11-24 (UTC)');
 }
 
 /**

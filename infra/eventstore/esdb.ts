@@ -514,7 +514,6 @@ export class EsdbEventStore implements EventStore {
   }
 }
 
-
 /**
  * ESDB filters on one thing only, so the server gets the narrower criterion (exact types as an
  * anchored regex, else stream prefixes, else "no system events") and matchesFilter does the rest.
