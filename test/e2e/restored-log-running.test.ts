@@ -1,6 +1,4 @@
 import t from 'tap';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { loadConfig } from '../../infra/config.js';
@@ -10,6 +8,7 @@ import { allProjections } from '../../projections/index.js';
 import { rebuildProjection } from '../../projections/rebuild.js';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
 import { startScript } from '../support/processes.js';
+import { tempDir } from '../support/temp.js';
 
 // The event log restored from an older backup under a running server (SQLite's online backup API writing the backup into
 // the live events.db, as `sqlite3 events.db ".restore backup.db"` does), then mended with `ops projections rebuild` from
@@ -86,13 +85,8 @@ const cases = [
 ];
 for (const { thread, writeBefore } of cases) {
   t.test(`PROJECTIONS_THREAD=${thread}: a log restored under a running server, ${writeBefore ? 'written to, then ' : ''}mended by \`ops projections rebuild\` from another process, without a restart`, async (t) => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'cairn-restored-running-'));
-    const backupDir = mkdtempSync(join(tmpdir(), 'cairn-restored-running-backup-'));
-    t.teardown(() => {
-      rmSync(dataDir, { recursive: true, force: true });
-      rmSync(backupDir, { recursive: true, force: true });
-    });
-    const backup = join(backupDir, 'events.db');
+    const dataDir = tempDir(t, 'cairn-restored-running-');
+    const backup = join(tempDir(t, 'cairn-restored-running-backup-'), 'events.db');
     const app = await startTestCairn({ PROJECTIONS_THREAD: thread }, { dataDir });
     t.teardown(() => app.stop());
 
@@ -157,13 +151,8 @@ for (const { thread, writeBefore } of cases) {
 }
 
 t.test('a lost text sent again after the restore is stored again, not answered from the state the command bus had cached', async (t) => {
-  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-restored-running-'));
-  const backupDir = mkdtempSync(join(tmpdir(), 'cairn-restored-running-backup-'));
-  t.teardown(() => {
-    rmSync(dataDir, { recursive: true, force: true });
-    rmSync(backupDir, { recursive: true, force: true });
-  });
-  const backup = join(backupDir, 'events.db');
+  const dataDir = tempDir(t, 'cairn-restored-running-');
+  const backup = join(tempDir(t, 'cairn-restored-running-backup-'), 'events.db');
   const app = await startTestCairn({ PROJECTIONS_THREAD: 'false' }, { dataDir });
   t.teardown(() => app.stop());
   await store(app, 'Sam plays the cello');
