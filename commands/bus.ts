@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { uuidV5 as uuidv5 } from '../infra/ids.js';
 import { WrongExpectedVersionError } from '../infra/eventstore/errors.js';
 import type { AppendResult, EventMetadata, EventStore, ExpectedRevision, NewEvent } from '../infra/eventstore/port.js';
@@ -238,7 +238,7 @@ export class CommandBus {
     let cached = this.cache.get(stream) as CacheEntry<State> | undefined;
     if (cached?.suspect) cached = await this.refresh(stream, decider, cached);
     let entry = cached ?? (await this.read(stream, decider));
-    const requestHash = createHash('sha256').update(JSON.stringify(command)).digest('hex');
+    const requestHash = hash('sha256', JSON.stringify(command), 'hex');
     const context: CommandContext = {
       now, actor: meta.actor, project_id: meta.project_id, tenant_id: meta.tenant_id, request_key: meta.request_key, request_hash: requestHash,
     };

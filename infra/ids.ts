@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 const namespaces = new Map<string, Buffer>();
 
@@ -15,7 +15,7 @@ export function uuidV5(name: string, namespace: string): string {
     ns = Buffer.from(hex, 'hex');
     namespaces.set(namespace, ns);
   }
-  const h = createHash('sha1').update(ns).update(name, 'utf8').digest();
+  const h = hash('sha1', Buffer.concat([ns, Buffer.from(name, 'utf8')]), 'buffer');
   h[6] = (h[6]! & 0x0f) | 0x50;
   h[8] = (h[8]! & 0x3f) | 0x80;
   const x = h.toString('hex', 0, 16);

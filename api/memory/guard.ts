@@ -1,5 +1,5 @@
 import type Koa from 'koa';
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { hash, timingSafeEqual } from 'node:crypto';
 import { bearerToken, browserSignal } from '../http/guard.js';
 import { unauthorized } from '../http/problem.js';
 import type { Principal } from '../http/routes.js';
@@ -27,13 +27,13 @@ export function memoryGuard(allowedHosts: string[] | undefined) {
 
 /** MEMORY_OWNER_TOKEN, when set, is required on every request; compared in constant time. */
 export function ownerAuthenticator(ownerToken: string | undefined) {
-  const expected = ownerToken ? createHash('sha256').update(ownerToken).digest() : undefined;
+  const expected = ownerToken ? hash('sha256', ownerToken, 'buffer') : undefined;
   return async (ctx: Koa.Context): Promise<Principal> => {
     if (!expected) return { kind: 'owner', verified: false };
     const token = bearerToken(ctx);
     if (token === undefined) throw unauthorized('owner token required: Authorization: Bearer <MEMORY_OWNER_TOKEN>');
     // Hashing both sides gives equal lengths, so timingSafeEqual never leaks the token's length.
-    const presented = createHash('sha256').update(token).digest();
+    const presented = hash('sha256', token, 'buffer');
     if (!timingSafeEqual(presented, expected)) throw unauthorized('owner token is not valid');
     return { kind: 'owner', verified: true };
   };

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { DomainError, isRepeatable, type Decider, type DomainEvent } from '../shared/decider.js';
 import { unpairedSurrogate } from '../shared/text.js';
 
@@ -29,9 +29,9 @@ type RememberedChange = { type: ConfigEvent['type']; key: string; valueHash?: st
 let lastHashed: { value: unknown; hash: string } | undefined;
 export function valueHash(value: unknown): string {
   if (lastHashed !== undefined && lastHashed.value === value) return lastHashed.hash;
-  const hash = createHash('sha256').update(JSON.stringify(value)).digest('base64');
-  lastHashed = { value, hash };
-  return hash;
+  const digest = hash('sha256', JSON.stringify(value), 'base64');
+  lastHashed = { value, hash: digest };
+  return digest;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { DomainError, isRepeatable, type Decider, type DomainEvent } from '../shared/decider.js';
 import { unpairedSurrogate } from '../shared/text.js';
 
@@ -28,12 +28,12 @@ export const normalizeText = (text: string) => text.trim().normalize('NFC');
  */
 export function memoryIdFor(text: string, n = 1): string {
   const normalized = normalizeText(text);
-  return `m_${createHash('sha256').update(n === 1 ? normalized : `${normalized}\u0000${n}`).digest('hex').slice(0, 32)}`;
+  return `m_${hash('sha256', n === 1 ? normalized : `${normalized}\u0000${n}`, 'hex').slice(0, 32)}`;
 }
 
 /** 128 bits of SHA-256 over the stored text: which live memories hold a text, without keeping the texts. */
 export function textKey(text: string): string {
-  return createHash('sha256').update(text).digest('hex').slice(0, 32);
+  return hash('sha256', text, 'hex').slice(0, 32);
 }
 
 /**
@@ -43,7 +43,7 @@ export function textKey(text: string): string {
  * repeat can be recognised from the scope's state.
  */
 export function requestFingerprint(requestKey: string, operation: MemoryCommand['type'], ...parts: string[]): string {
-  return createHash('sha256').update(JSON.stringify([requestKey, operation, ...parts])).digest('hex').slice(0, 32);
+  return hash('sha256', JSON.stringify([requestKey, operation, ...parts]), 'hex').slice(0, 32);
 }
 
 type Scope = { agent: string; user: string };
@@ -151,7 +151,7 @@ export function resolveId(state: MemoryState, text: string, taken: ReadonlySet<s
 }
 
 function personalityFingerprint(personality: string): string {
-  return createHash('sha256').update(personality).digest('hex').slice(0, 16);
+  return hash('sha256', personality, 'hex').slice(0, 16);
 }
 
 function holdText(state: MemoryState, key: string, id: string): void {

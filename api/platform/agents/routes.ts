@@ -1,5 +1,5 @@
 import Type from 'typebox';
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { CommandResult } from '../../../commands/bus.js';
 import { uuidV5 as uuidv5 } from '../../../infra/ids.js';
 import { DomainError } from '../../../domain/shared/decider.js';
@@ -21,7 +21,7 @@ const AGENT_ID_NAMESPACE = 'c8d1e2f3-4a5b-4c6d-8e7f-901a2b3c4d5e';
 /** A reservation whose agent was not created within this time is treated as abandoned (its creation failed). */
 const ABANDONED_RESERVATION_MS = 60_000;
 
-export const nameKey = (name: string) => createHash('sha256').update(name.normalize('NFC')).digest('hex').slice(0, 32);
+export const nameKey = (name: string) => hash('sha256', name.normalize('NFC'), 'hex').slice(0, 32);
 
 export function agentView(a: Omit<AgentDoc, 'id' | 'updated_at'>): AgentView {
   return {
