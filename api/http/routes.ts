@@ -4,7 +4,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pipeline, Readable } from 'node:stream';
 import { createGzip } from 'node:zlib';
 import type Koa from 'koa';
-import { HttpMethodEnum, koaBody } from 'koa-body';
+import inflate from 'inflation';
+import getRawBody from 'raw-body';
 import type { Static, TSchema } from 'typebox';
 import type { RequestMeta } from '../../commands/bus.js';
 import type { Logger } from '../../infra/logger.js';
@@ -361,27 +362,6 @@ export async function readJsonBody(ctx: Koa.Context, types: string[] = ['applica
 }
 
 /**
- * Bodies are read by koa-body (co-body, raw-body, inflation): at most 1 MiB after a gzip (or x-gzip), deflate or br
- * Content-Encoding is undone (names are case-insensitive, RFC 9110 §8.4.1), a client that leaves before the
- * end noticed (see failOnAbort). It is asked for text in latin1, which maps every byte to one character, so the
- * body's bytes come back exactly: co-body's UTF-8 decoding would turn invalid bytes into U+FFFD before anyone
- * could see them.
- */
-const readBodyText = koaBody({
-  json: false,
-  text: true,
-  textTypes: ['*/*'],
-  textLimit: BODY_LIMIT_BYTES,
-  encoding: 'latin1',
-  urlencoded: false,
-  multipart: false,
-  patchNode: false,
-  patchKoa: true,
-  parsedMethods: [HttpMethodEnum.POST, HttpMethodEnum.PUT, HttpMethodEnum.PATCH, HttpMethodEnum.DELETE],
-});
-const nothing = async () => undefined;
-
-/**
  * Requests that wait for 100 Continue before sending their body (Expect: 100-continue; see answerClientErrors,
  * which takes them from Node instead of letting it answer 100 at once). It is sent when the body is read, so a
  * request refused before that (credentials, route, method, browser, a declared length over the limit) is
@@ -399,22 +379,37 @@ export function sendContinue(ctx: Koa.Context): void {
   if (awaitingContinue.delete(ctx.req) && !ctx.res.headersSent) ctx.res.writeContinue();
 }
 
-/** The body's bytes, decompressed (see readBodyText). */
+/**
+ * The body's bytes, read by raw-body (as co-body and koa-body read them, without their decoding): at most 1 MiB after a
+ * gzip (or x-gzip), deflate or br Content-Encoding is undone by inflation (names are case-insensitive, RFC 9110
+ * §8.4.1), a client that leaves before the end noticed (see failOnAbort). Bytes, not text: decoding as UTF-8 here
+ * would turn invalid bytes into U+FFFD before readJsonBody could see them.
+ */
 async function readBody(ctx: Koa.Context): Promise<Buffer> {
-  const encoding = ctx.req.headers['content-encoding'];
-  // A recipient should take x-gzip for gzip (RFC 9110 §8.4.1.3); inflation knows only the latter.
-  if (encoding !== undefined) ctx.req.headers['content-encoding'] = encoding.toLowerCase().replace(/^x-gzip$/, 'gzip');
+  const req = ctx.req;
+  const declared = req.headers['content-encoding'];
+  // A recipient should take x-gzip for gzip (RFC 9110 §8.4.1.3); inflation, which reads this header, knows only the latter.
+  const encoding = declared === undefined ? 'identity' : (req.headers['content-encoding'] = declared.toLowerCase().replace(/^x-gzip$/, 'gzip'));
+  const length = req.headers['content-length'];
   // An uncompressed body declared over the limit is refused unread (raw-body): not asked for either.
-  if (encoding !== undefined || !(Number(ctx.get('Content-Length')) > BODY_LIMIT_BYTES)) sendContinue(ctx);
+  if (encoding !== 'identity' || !(Number(length) > BODY_LIMIT_BYTES)) sendContinue(ctx);
   try {
-    await failOnAbort(ctx.req, readBodyText(ctx, nothing));
+    // raw-body notices a client leaving in the middle of an uncompressed body itself (see failOnAbort), but not one
+    // that left before the body was asked for (it fails that as a stream not readable).
+    if (encoding === 'identity') {
+      if (req.destroyed && !req.complete) throw Object.assign(new Error('request aborted'), { type: 'request.aborted' });
+      return await getRawBody(req, { limit: BODY_LIMIT_BYTES, length: length === undefined ? undefined : Number(length) });
+    }
+    let body!: Buffer;
+    await failOnAbort(req, getRawBody(inflate(req), { limit: BODY_LIMIT_BYTES }).then((bytes) => { body = bytes; }));
+    return body;
   } catch (error) {
     // raw-body leaves the rest of a body it refused paused (piped into a decompressor, or not): a request sent
     // next on this connection would wait behind it until the keep-alive timeout. The rest is read and dropped
     // instead, as Node does with a body nobody reads (bounded by the server's requestTimeout), so the client gets
     // this answer and can go on using the connection; closing it would cut a client still sending (EPIPE).
-    ctx.req.unpipe();
-    ctx.req.resume();
+    req.unpipe();
+    req.resume();
     const { type, status } = error as { type?: string; status?: number };
     if (type === 'entity.too.large') throw badRequest(`request body exceeds ${BODY_LIMIT_BYTES} bytes`);
     if (type === 'request.aborted') throw new ProblemError(400, 'aborted', 'request body was not received completely');
@@ -424,8 +419,6 @@ async function readBody(ctx: Koa.Context): Promise<Buffer> {
     // Corrupt compressed data, or fewer or more bytes than Content-Length.
     throw badRequest('request body could not be read');
   }
-  const text = ctx.request.body;
-  return Buffer.from(typeof text === 'string' ? text : '', 'latin1');
 }
 
 /**
