@@ -91,8 +91,10 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
   /**
    * The memory as stored by a command: from its event, or, when nothing changed, from the scope's state.
    * `id` undefined: a store without id, which went to the memory holding the text (see resolveId).
+   * Undefined when the command changed nothing and a concurrent request deleted that memory (or, without `id`,
+   * changed it to another text) before the answer could be read.
    */
-  async function storedView(result: CommandResult<MemoryState, MemoryEvent>, agent: string, user: string, id: string | undefined, text: string, caller: Caller): Promise<MemoryView> {
+  async function storedView(result: CommandResult<MemoryState, MemoryEvent>, agent: string, user: string, id: string | undefined, text: string, caller: Caller): Promise<MemoryView | undefined> {
     for (const e of result.events) {
       if ((e.type === 'MemoryStored' || e.type === 'MemoryUpdated') && (id === undefined ? e.data.text === text : e.data.memory_id === id)) {
         return { id: e.data.memory_id, text: e.data.text, session: e.data.session, created_at: e.data.created_at, updated_at: e.type === 'MemoryUpdated' ? e.data.updated_at : e.data.created_at };
@@ -100,15 +102,14 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     }
     // The state may already hold the changes of commands decided after this one (they are applied to it in place).
     const memoryId = id ?? result.state.byText.get(textKey(text))?.[0];
-    if (memoryId === undefined) throw new ProblemError(409, 'concurrent-delete', 'the memory holding this text was deleted, or changed to another text, by a concurrent request');
+    if (memoryId === undefined) return undefined;
     const live = result.state.memories.get(memoryId);
     // Only while it still holds this text: else its times are those of a later change to another text, a state it never had.
     if (live && live.text_key === textKey(text)) return { id: memoryId, text, session: live.session, created_at: live.created_at, updated_at: live.updated_at };
     // A concurrent request changed this memory since: report the read model (the memory as it is).
     await deps.waitFor([MEMORIES_PROJECTION], result.position, caller.signal);
     const doc = await reads.get<MemoryDoc>(MEMORIES, memoryDocId(agent, user, memoryId));
-    if (doc) return toView(doc);
-    throw new ProblemError(409, 'concurrent-delete', `memory ${memoryId} was deleted by a concurrent request`);
+    return doc ? toView(doc) : undefined;
   }
 
   /** The memories with these ids that are live (as of `position` or later), in this order. */
@@ -141,7 +142,9 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const id = body.id ?? undefined;
         const result = await bus.handle(memoryStream(agent, user), memoryDecider,
           { type: 'StoreMemory', data: { agent, user, ...(id !== undefined ? { memory_id: id } : {}), text, ...session } }, meta);
-        return { body: await storedView(result, agent, user, id, text, call), position: result.position };
+        const stored = await storedView(result, agent, user, id, text, call);
+        if (!stored) throw new ProblemError(409, 'concurrent-delete', id === undefined ? 'the memory holding this text was deleted, or changed to another text, by a concurrent request' : `memory ${id} was deleted by a concurrent request`);
+        return { body: stored, position: result.position };
       },
     }),
     route({
@@ -200,7 +203,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/ingest', operationId: 'ingestFacts', tag: TAG, auth: ['owner'],
       summary: 'Extract durable facts from a text with the chat provider and store them',
-      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included. The text itself is never stored. A reply that cannot be read as {"facts": [...]}, or whose facts are all dropped (blank, over ${MAX_TEXT_BYTES.toLocaleString('en-US')} bytes or not well-formed Unicode), is a 500, never an empty success (when only some are dropped, the others are stored and the log says how many), and so is a reply cut off by the provider's token limit before its JSON was complete; an explicit {"facts": []} stores nothing. The prompt gives the model today's date (UTC), asking it to write times the text gives relative to today ("tomorrow") as dates. A reasoning model's reasoning left in the reply (\`<think>…</think>\`, \`[THINK]…[/THINK]\`, gpt-oss's analysis channel) is not read: only the answer after it (a reply that is all reasoning is a 500). The provider is asked for JSON mode (response_format json_object); one that refuses it with a 400 naming response_format (LM Studio) is asked again without it, and not asked for it again until restart once that worked. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key, an ingest that stored nothing included).`,
+      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included (or left out of the answer, never a 409, when a concurrent request deleted that memory or changed it to another text before the answer could be read: the ingest is written either way). The text itself is never stored. A reply that cannot be read as {"facts": [...]}, or whose facts are all dropped (blank, over ${MAX_TEXT_BYTES.toLocaleString('en-US')} bytes or not well-formed Unicode), is a 500, never an empty success (when only some are dropped, the others are stored and the log says how many), and so is a reply cut off by the provider's token limit before its JSON was complete; an explicit {"facts": []} stores nothing. The prompt gives the model today's date (UTC), asking it to write times the text gives relative to today ("tomorrow") as dates. A reasoning model's reasoning left in the reply (\`<think>…</think>\`, \`[THINK]…[/THINK]\`, gpt-oss's analysis channel) is not read: only the answer after it (a reply that is all reasoning is a 500). The provider is asked for JSON mode (response_format json_object); one that refuses it with a 400 naming response_format (LM Studio) is asked again without it, and not asked for it again until restart once that worked. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key, an ingest that stored nothing included).`,
       body: IngestBody,
       responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
       errors: [...WRITE_ERRORS, 503],
@@ -260,8 +263,14 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const first = fingerprint !== undefined && result.events.length === 0 ? result.state.requests.get(fingerprint) : undefined;
         // A concurrent request with the same key got there first: its facts are the answer.
         if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, result.position, call) }, position: result.position };
+        // The ingest is written whatever follows: a fact the scope already held, whose memory a concurrent request
+        // deleted (or changed to another text) before this answer, is left out, as a repeat of this ingest would leave it.
         const stored: MemoryView[] = [];
-        for (const fact of facts) stored.push(await storedView(result, agent, user, undefined, fact, call));
+        for (const fact of facts) {
+          const view = await storedView(result, agent, user, undefined, fact, call);
+          if (view) stored.push(view);
+        }
+        if (stored.length < facts.length) log.info({ facts: facts.length, answered: stored.length }, 'ingest: facts already held whose memories a concurrent request deleted or changed are left out of the answer');
         return { body: { facts: stored }, position: result.position };
       },
     }),
