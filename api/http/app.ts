@@ -108,9 +108,10 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     // Nor may a browser that gets one anyway read it as another type than it says (HTML from a JSON body).
     ctx.set('X-Content-Type-Options', 'nosniff');
     // The request's logger is made when something logs (most requests at LOG_LEVEL=warn log nothing).
+    // A getter method, not a named closure: under tsx (esbuild's keepNames) each one made costs a defineProperty of its name.
     let child: Logger | undefined;
-    const logger = () => (child ??= options.log.child({ request_id: requestId, service: options.name }));
-    Object.defineProperty(ctx.state, 'log', { get: logger, enumerable: true, configurable: true });
+    Object.defineProperty(ctx.state, 'log', { get() { return (child ??= options.log.child({ request_id: requestId, service: options.name })); }, enumerable: true, configurable: true });
+    const state = ctx.state as { log: Logger };
     const meta: RequestMeta = {
       correlation_id: requestId,
       causation_id: requestId,
@@ -142,10 +143,10 @@ export function createHttpApp(options: HttpAppOptions): Koa {
       const problem = toProblemError(error);
       // An unexpected error is logged with its stack; a deliberate 5xx (a provider failure, whose route already
       // logged the upstream reply; a missing configuration; a read-model wait that timed out) only says which.
-      if (problem.slug === 'internal') logger().error({ err: error }, 'request failed');
+      if (problem.slug === 'internal') state.log.error({ err: error }, 'request failed');
       // Every write fails until an operator frees space: an error to alert on, though not a defect (no stack).
-      else if (problem.slug === 'storage-full') logger().error({ status: problem.status, problem: problem.slug, detail: (error as Error).message }, 'request failed: storage full');
-      else if (problem.status >= 500) logger().warn({ status: problem.status, problem: problem.slug, detail: problem.detail }, 'request failed');
+      else if (problem.slug === 'storage-full') state.log.error({ status: problem.status, problem: problem.slug, detail: (error as Error).message }, 'request failed: storage full');
+      else if (problem.status >= 500) state.log.warn({ status: problem.status, problem: problem.slug, detail: problem.detail }, 'request failed');
       ctx.status = problem.status;
       ctx.type = 'application/problem+json';
       ctx.body = problem.toProblem(requestId);
@@ -156,7 +157,7 @@ export function createHttpApp(options: HttpAppOptions): Koa {
     // rather than left unread under a connection closed (whose reset could lose the answer).
     if (ctx.req.readableLength > 0) sendContinue(ctx);
     if (options.log.isLevelEnabled('info')) {
-      logger().info({ method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+      state.log.info({ method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
     }
   });
   app.use(docs.routes());

@@ -200,7 +200,7 @@ export function mountRoutes(router: Router, routes: RouteDef[], mounting: Mounti
       // Serialised here so scalar JSON values (a config value "abc", 42, null) are sent as JSON too.
       ctx.type = 'application/json';
       const sendTimeoutMs = mounting.sendTimeoutMs ?? 60_000;
-      const stalled = () => call.log.warn({ send_timeout_ms: sendTimeoutMs }, 'the client took none of the answer within SEND_TIMEOUT_MS: closing the connection');
+      const stalled = stalledLogger(call, sendTimeoutMs);
       if (reply.stream) {
         const chunks = Readable.from(sendGuarded(reply.stream, ctx.res, sendTimeoutMs, stalled), { highWaterMark: 1 });
         // Large answers (an export is mostly digits and repeated keys) are compressed when the client takes gzip, on
@@ -262,12 +262,22 @@ export function requestSignal(ctx: Koa.Context): AbortSignal {
   if (state[SIGNAL]) return state[SIGNAL];
   const controller = new AbortController();
   const res = ctx.res;
-  const closed = () => {
-    if (!res.writableFinished) controller.abort(new ClientGoneError());
-  };
-  if (res.destroyed) closed();
-  else res.once('close', closed);
+  if (res.destroyed) abortUnfinished(res, controller);
+  else res.once('close', () => abortUnfinished(res, controller));
   return (state[SIGNAL] = controller.signal);
+}
+
+function abortUnfinished(res: ServerResponse, controller: AbortController): void {
+  if (!res.writableFinished) controller.abort(new ClientGoneError());
+}
+
+/**
+ * What sendGuarded calls when a client takes none of an answer in time. Made by a function, not written as a named
+ * closure in the route's handler: under tsx (esbuild's keepNames) each named closure made costs a defineProperty of its
+ * name, for every answer.
+ */
+function stalledLogger(call: { log: Logger }, sendTimeoutMs: number): () => void {
+  return () => call.log.warn({ send_timeout_ms: sendTimeoutMs }, 'the client took none of the answer within SEND_TIMEOUT_MS: closing the connection');
 }
 
 /** UUIDs in the path are case-insensitive (RFC 9562): ids are stored lower-case, so compare them that way. */
