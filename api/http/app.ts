@@ -78,12 +78,15 @@ export function toProblemError(error: unknown): ProblemError {
 export function createHttpApp(options: HttpAppOptions): Koa {
   const app = new Koa();
   app.proxy = false;
-  const router = new Router({ prefix: options.prefix });
+  // Only the paths of the OpenAPI document are routes: paths are case-sensitive (RFC 3986 §6.2.2.1), so /V1/search is
+  // 404, and so is /v1/search/ (@koa/router matches either unless told, sensitive and strict).
+  const routing = { prefix: options.prefix, sensitive: true, strict: true };
+  const router = new Router(routing);
   // Operations that only answer 501 (RouteDef.implemented) have a router of their own, tried after the others:
   // @koa/router tries a path against every route of a router in turn, and the platform's 77 cost every request
   // 11 µs there (0.9 µs for the implemented routes alone).
-  const unbuilt = new Router({ prefix: options.prefix });
-  const docs = new Router();
+  const unbuilt = new Router(routing);
+  const docs = new Router({ sensitive: true, strict: true });
   const openapi = buildOpenApi(options.openapi, options.routes);
   const publicRoutes = options.publicRoutes ?? [];
   openapi.paths = { ...buildOpenApi({ ...options.openapi, basePath: '' }, publicRoutes).paths as object, ...openapi.paths as object };

@@ -188,3 +188,22 @@ t.test('the OpenAPI documents describe the headers the answers carry', async (t)
   t.equal(notCaughtUp.status, 503);
   t.equal(notCaughtUp.headers.get('retry-after'), '1');
 });
+
+t.test('only the documents\' paths are routes: in another case (RFC 3986 §6.2.2.1) or with a trailing slash, a path is 404', async (t) => {
+  const search = { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ scope: { agent: 'case', user: 'u' }, query: 'x' }) };
+  for (const [what, res] of [
+    ['POST /V1/search', await app.memory('/V1/search', search)],
+    ['POST /v1/Search', await app.memory('/v1/Search', search)],
+    ['GET /API/v1/projects', await fetch(`${app.platformUrl}/API/v1/projects`, { headers: bearer(key) })],
+    ['GET /api/v1/Projects', await app.platform('/Projects', { headers: bearer(key) })],
+    ['GET /Docs/openapi.json', await app.memory('/Docs/openapi.json')],
+    ['POST /v1/search/', await app.memory('/v1/search/', search)],
+    ['GET /api/v1/projects/', await app.platform('/projects/', { headers: bearer(key) })],
+  ] as const) {
+    t.equal(res.status, 404, what);
+    t.equal(res.headers.get('content-type'), 'application/problem+json', `${what}: problem+json`);
+  }
+  t.equal((await app.memory('/v1/search', search)).status, 200, 'POST /v1/search');
+  t.equal((await app.platform('/projects', { headers: bearer(key) })).status, 200, 'GET /api/v1/projects');
+  t.equal((await app.memory('/docs/openapi.json')).status, 200, 'GET /docs/openapi.json');
+});
