@@ -3,6 +3,11 @@
  * A checkpoint copies pages and fsyncs, so doing it here keeps that work out of the commits of the
  * writing connection (whose automatic checkpoints are set to run only rarely). PASSIVE never blocks it.
  *
+ * Cutting a WAL that grew past its limit back to nothing (a TRUNCATE checkpoint) takes the writers' lock, and this
+ * thread runs at the lowest priority: one descheduled while it held that lock (under load, for seconds) made the
+ * writers wait out their busy timeout and fail with SQLITE_BUSY. So with `truncatedByWriter` it only says when the
+ * WAL is due (a 'truncate' message), and the writing thread truncates it between its own transactions (startCheckpointer).
+ *
  * The thread never dies of an error: one it cannot open its file with, or a checkpoint's that is not
  * mere contention (disk full, I/O error), is logged, and a close is still answered, since the thread
  * that started it waits for that answer.
@@ -13,6 +18,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { pino } from 'pino';
 import { createLogger } from './logger.js';
 import { lowerThreadPriority } from './nice.js';
+import { isContention } from './threads.js';
 import { Throttle } from './throttle.js';
 
 // Housekeeping: a checkpoint may run late, so it yields the CPU to the threads that answer requests.
@@ -23,7 +29,9 @@ const WAL_LIMIT_BYTES = 64 * 1024 * 1024;
 /** The same failure is logged at most once a minute. */
 const FAILURE_LOG_INTERVAL_MS = 60_000;
 
-const { file, intervalMs, walLimitBytes = WAL_LIMIT_BYTES, logLevel } = workerData as { file: string; intervalMs: number; walLimitBytes?: number; logLevel?: string };
+const { file, intervalMs, walLimitBytes = WAL_LIMIT_BYTES, logLevel, truncatedByWriter = false } = workerData as {
+  file: string; intervalMs: number; walLimitBytes?: number; logLevel?: string; truncatedByWriter?: boolean;
+};
 // Written at once (it logs rarely): a line still being written when the thread is terminated would be lost.
 const log = createLogger(logLevel, { destination: pino.destination({ dest: 1, sync: true }) }).child({ thread: 'checkpointer', file });
 const failures = new Throttle(FAILURE_LOG_INTERVAL_MS);
@@ -31,7 +39,6 @@ const failed = (error: unknown, what: string) => {
   const code = (error as { code?: unknown })?.code;
   if (failures.pass(`${what}:${String(code)}`, Date.now())) log.error({ err: error }, `could not ${what}`);
 };
-const contention = (error: unknown) => ['SQLITE_BUSY', 'SQLITE_LOCKED'].some((code) => String((error as { code?: unknown })?.code).startsWith(code));
 
 let db: Database.Database | undefined;
 let timer: NodeJS.Timeout | undefined;
@@ -43,10 +50,13 @@ try {
   timer = setInterval(() => {
     try {
       const result = checkpoint.get()!;
-      if (result.busy === 0 && result.log >= 0 && result.checkpointed === result.log) shrink(open);
+      if (result.busy === 0 && result.log >= 0 && result.checkpointed === result.log && overLimit()) {
+        if (truncatedByWriter) parentPort!.postMessage('truncate');
+        else shrink(open);
+      }
     } catch (error) {
       // Busy or locked: the next tick tries again.
-      if (!contention(error)) failed(error, 'checkpoint the WAL');
+      if (!isContention(error)) failed(error, 'checkpoint the WAL');
     }
   }, intervalMs);
 } catch (error) {
@@ -58,14 +68,15 @@ try {
  * it grow without bound: no checkpoint can pass that reader's snapshot), since the writers reuse it from
  * its start. A large one is truncated, without waiting: if a writer or reader is in the way, later.
  */
-function shrink(open: Database.Database): void {
-  let size: number;
+function overLimit(): boolean {
   try {
-    size = statSync(`${file}-wal`).size;
+    return statSync(`${file}-wal`).size > walLimitBytes;
   } catch {
-    return;
+    return false;
   }
-  if (size <= walLimitBytes) return;
+}
+
+function shrink(open: Database.Database): void {
   open.pragma('busy_timeout = 0');
   try {
     open.pragma('wal_checkpoint(TRUNCATE)');
@@ -80,9 +91,10 @@ parentPort!.on('message', () => {
     // Best effort, without waiting: a TRUNCATE checkpoint that waits for a long reader (a backup's VACUUM INTO, an
     // operator's sqlite3 shell) holds the write lock meanwhile, so every other connection's writes (another
     // process's appends and batches) would wait out their busy timeout and fail, and this close with them.
+    // With truncatedByWriter the writer truncated it before it closed; this thread still takes no writers' lock.
     try {
       db.pragma('busy_timeout = 0');
-      db.pragma('wal_checkpoint(TRUNCATE)');
+      db.pragma(`wal_checkpoint(${truncatedByWriter ? 'PASSIVE' : 'TRUNCATE'})`);
     } catch { /* best effort on shutdown */ }
     db.close();
   }

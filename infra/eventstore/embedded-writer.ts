@@ -7,7 +7,7 @@
 import Database from 'better-sqlite3';
 import { BroadcastChannel, parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import { Appender, openWritable, type AppendRequest } from './embedded-appender.js';
-import { startCheckpointer, stopCheckpointer } from '../threads.js';
+import { startCheckpointer, stopCheckpointer, truncateWal } from '../threads.js';
 import { appendChannelName } from './embedded-channel.js';
 
 /** How often the checkpointer thread moves the log's WAL into the database file. */
@@ -17,9 +17,11 @@ const { file } = workerData as { file: string };
 const db = new Database(file);
 openWritable(db);
 // Checkpoints (copying the WAL into the database, with an fsync) run on their own thread, not inside this
-// thread's commits; a rare one here (every 64 MiB of WAL) keeps the WAL bounded under steady writes.
+// thread's commits; a rare one here (every 64 MiB of WAL) keeps the WAL bounded under steady writes. A WAL past
+// 64 MiB that the checkpointer has copied is truncated here, between commits (commit is synchronous, so the request
+// runs after one), not by the checkpointer's low-priority thread, which would hold the appends' lock meanwhile.
 db.pragma('wal_autocheckpoint = 16384');
-const checkpointer = startCheckpointer(file, CHECKPOINT_INTERVAL_MS);
+const checkpointer = startCheckpointer(file, CHECKPOINT_INTERVAL_MS, { truncate: () => truncateWal(db) });
 const appender = new Appender(db);
 const channel = new BroadcastChannel(appendChannelName(file));
 channel.unref();
@@ -56,6 +58,9 @@ port.on('message', (first: Message) => {
 
 async function shutdown(): Promise<void> {
   await stopCheckpointer(checkpointer);
+  try {
+    truncateWal(db); // the checkpointer's last checkpoint takes no writers' lock
+  } catch { /* best effort on shutdown */ }
   db.close();
   channel.close();
   port.postMessage({ closed: true });

@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import type { Worker } from 'node:worker_threads';
 import { preparePrivateFile } from '../private-files.js';
-import { startCheckpointer, stopCheckpointer } from '../threads.js';
+import { startCheckpointer, stopCheckpointer, truncateWal } from '../threads.js';
 import {
   decodeCursor, encodeCursor,
   checkPauseHolder, isQueryField, pageLimit, pauseFields,
@@ -63,7 +63,8 @@ export class EmbeddedReadStore implements ReadStore {
   private readonly liveTables = new Map<string, string>();
   private dataVersion = -1;
 
-  constructor(readonly file: string, options: { checkpointer?: boolean } = {}) {
+  /** `walLimitBytes`: past it, a WAL the checkpointer has copied is cut back (64 MiB; smaller in tests). */
+  constructor(readonly file: string, options: { checkpointer?: boolean; walLimitBytes?: number } = {}) {
     if (file !== ':memory:') preparePrivateFile(file);
     this.db = new Database(file);
     this.db.pragma('busy_timeout = 5000');
@@ -72,10 +73,15 @@ export class EmbeddedReadStore implements ReadStore {
     // Checkpoints (which fsync) run on a worker thread instead of inside this thread's commits. Under a
     // steady stream of commits such a checkpoint never quite catches up, and SQLite only reuses the WAL
     // from its start after a complete one; so this connection still checkpoints itself, rarely (every
-    // 64 MiB of WAL), with little left to copy: the WAL stays bounded.
+    // 64 MiB of WAL), with little left to copy: the WAL stays bounded. A WAL a long read let grow past its limit is
+    // truncated on this connection, between batches (through the batch queue), when the thread has copied it: done by
+    // the lowest-priority thread, it held the lock the batches wait for while descheduled, and they failed with SQLITE_BUSY.
     if (file !== ':memory:' && options.checkpointer !== false) {
       this.db.pragma('wal_autocheckpoint = 16384');
-      this.checkpointer = startCheckpointer(file, CHECKPOINT_INTERVAL_MS);
+      this.checkpointer = startCheckpointer(file, CHECKPOINT_INTERVAL_MS, {
+        truncate: () => this.exclusive(async () => truncateWal(this.db)),
+        walLimitBytes: options.walLimitBytes,
+      });
     }
     this.db.exec(SCHEMA);
     // Files made before checkpoints recorded failures and pauses: checked again in a write transaction, since another
@@ -431,6 +437,11 @@ export class EmbeddedReadStore implements ReadStore {
 
   async close(): Promise<void> {
     await this.lock;
+    if (this.checkpointer) {
+      try {
+        truncateWal(this.db); // the checkpointer thread's last checkpoint takes no writers' lock
+      } catch { /* best effort, as the thread's */ }
+    }
     if (this.reader !== this.db) this.reader.close();
     this.db.close();
     if (this.checkpointer) await stopCheckpointer(this.checkpointer);
