@@ -40,7 +40,8 @@ that the log is whole (positions 1 to its head without a gap, each stream's revi
 streams index agreeing with its events), that no read model's checkpoint lies past the log's end (a server
 would refuse to start on it), and that each file has the size and SHA-256 that ${MANIFEST} lists, and DIR
 nothing it does not list. A backup without ${MANIFEST} (taken by an earlier version) is checked without it, and
-says so on stderr. Run it before restoring a backup, and after copying one elsewhere.
+says so on stderr; a -wal or -shm file beside its stores (a server runs or ran on DIR: no backup holds one) makes it
+not restorable. Run it before restoring a backup, and after copying one elsewhere.
 
 Exit code: 0 when the backup is restorable and the one taken; 3 when it is not (after printing the report; each
 problem on stderr); 1 when DIR cannot be read.`)
@@ -83,6 +84,14 @@ export async function verifyBackup(dir: string): Promise<Verified> {
   }
   const listing = entries.includes(MANIFEST) ? readManifest(join(dir, MANIFEST)) : undefined;
   if (listing?.damage) problems.push(`${MANIFEST} is damaged: ${listing.damage}; the files cannot be compared with those backed up`);
+  // With a manifest, such files are named as not listed (compareWithManifest). Without one (a backup of an earlier
+  // version), `ops backup` of any version wrote each store as one file: a -wal or -shm beside it means the store was
+  // opened in place, by a server that runs or ran there (a live DATA_DIR given for a backup, or a copy of one).
+  const inPlace = listing ? [] : entries.filter((name) => [EVENT_LOG, READ_MODELS].some((store) => name === `${store}-wal` || name === `${store}-shm`)).sort();
+  if (inPlace.length > 0) {
+    problems.push(`${inPlace.map(quoted).join(', ')} ${inPlace.length === 1 ? 'is' : 'are'} not part of a backup: its stores were opened in place `
+      + `(a server runs or ran on ${dir}, or it is a copy of a live DATA_DIR); restore from a directory \`ops backup\` wrote`);
+  }
   const files: Verified['files'] = [];
   let log: { head: number; events: number } | undefined;
   let readModels: Array<{ projection: string; position: number }> | undefined;

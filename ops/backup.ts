@@ -33,8 +33,9 @@ export function backupCommands(program: Command): void {
     .option('--read-models', 'copy the read models too (without it, a server started on the backup rebuilds them from the log)')
     .option('--json', 'print JSON')
     .addHelpText('after', `
-The backup is itself a DATA_DIR. To restore: check it with \`ops verify-backup DIR\`, stop the server, point DATA_DIR
-at the backup (or move its files into place, deleting the -wal and -shm files of the old ones), and start it. Its
+The backup is itself a DATA_DIR. To restore: check it with \`ops verify-backup DIR\`, stop the server, copy it
+(\`cp -a DIR NEW\`: a server run on the backup itself changes it, and verify-backup no longer passes it), point DATA_DIR
+at the copy (or copy its files into place, deleting the -wal and -shm files of the old ones), and start it. Its
 files get the permissions of those they copy (run as root, their owner too), and a DIR it creates gets DATA_DIR's.
 The embedded event log only: with EVENTSTORE_URL set, back EventStoreDB up with its own tools (with MONGODB_URL,
 --read-models is refused).

@@ -3,7 +3,7 @@ import { IsDate, IsDateTime } from 'typebox/format';
 import { EVENT_TYPES } from '../domain/event-types.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import { abandonOutput, cell, flushOut, jsonLine, notice, printable, quoted, writeOut } from './output.js';
-import { commaList, nonNegativeInt, positiveInt, withEventLog } from './runtime.js';
+import { commaList, nonNegativeInt, positiveInt, stopOnSignals, withEventLog } from './runtime.js';
 import { eventView } from './streams.js';
 
 interface TailOptions {
@@ -44,9 +44,9 @@ export function eventCommands(program: Command): void {
       + '\n  events tail --since 2026-11-24T14:02:00Z --until 2026-11-24T14:20:00Z'
       + '\nTo stop after N events, use --count N: piped into `head -N`, the tail ends only when the next event comes after head has exited.')
     .action(async (opts: TailOptions) => withEventLog(async (events) => {
-      const abort = new AbortController();
-      const stop = () => abort.abort();
-      process.once('SIGINT', stop);
+      // Ctrl-C on `npm run ops -- events tail` reaches this process twice, from the terminal and passed on by npm (or
+      // tsx): the repeat is the same stop, which must not end the tail by the signal (exit code 130) instead of cleanly (0).
+      const stop = stopOnSignals('events tail stopped', ['SIGINT']);
       try {
         const head = await events.headPosition();
         // --until is a search of the history too: it ends at the head at the latest.
@@ -60,8 +60,8 @@ export function eventCommands(program: Command): void {
         const filter = opts.type?.length || opts.streamPrefix?.length ? { types: opts.type, streamPrefixes: opts.streamPrefix } : undefined;
         // A filter that cannot match (a typo) says so: an empty answer would pass for "nothing happened".
         const notes = [
-          opts.type && (await unseenTypesNote(events, opts.type, !opts.untilHead)),
-          opts.streamPrefix && (await unseenPrefixesNote(events, opts.streamPrefix, !opts.untilHead)),
+          opts.type && (await unseenTypesNote(events, opts.type, !untilHead)),
+          opts.streamPrefix && (await unseenPrefixesNote(events, opts.streamPrefix, !untilHead)),
           opts.actor && unwrittenActorsNote(opts.actor),
         ];
         for (const note of notes) if (note) notice(`note: ${note}`);
@@ -72,7 +72,7 @@ export function eventCommands(program: Command): void {
         // search whose last match lies before the head ends there rather than waiting for an event past it.
         const reachedHead = new AbortController();
         const onPosition = untilHead ? (position: number) => { if (position >= head) reachedHead.abort(); } : undefined;
-        const signal = untilHead ? AbortSignal.any([abort.signal, reachedHead.signal]) : abort.signal;
+        const signal = untilHead ? AbortSignal.any([stop.signal, reachedHead.signal]) : stop.signal;
         let seen = 0;
         let skipped = 0;
         for await (const event of events.subscribeToAll(from, { filter, signal, onPosition })) {
@@ -89,19 +89,20 @@ export function eventCommands(program: Command): void {
             const view = eventView(event);
             // Who caused it, as `stream show` prints it: an operator watching the log live sees who does what.
             await writeOut(opts.json ? jsonLine(view)
-              : `${printable(`${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${cell(view.correlation_id)}  ${cell(view.actor)}  ${JSON.stringify(view.data)}`)}\n`, abort.signal);
+              : `${printable(`${view.position}  ${view.recorded_at}  ${view.stream}@${view.revision}  ${view.type}  ${cell(view.correlation_id)}  ${cell(view.actor)}  ${JSON.stringify(view.data)}`)}\n`, stop.signal);
             if (opts.count !== undefined && ++seen >= opts.count) break;
           }
           if (untilHead && event.position >= head) break;
         }
-        await flushOut(abort.signal);
+        await flushOut(stop.signal);
       } catch (error) {
         // Ctrl-C while a reader that stopped reading held the output back: a stop like any other.
-        if (!(abort.signal.aborted && error instanceof Error && error.name === 'AbortError')) throw error;
+        const stopped = error === stop.signal.reason || (error instanceof Error && error.name === 'AbortError');
+        if (!(stop.signal.aborted && stopped)) throw error;
       } finally {
-        process.off('SIGINT', stop);
+        stop.release();
         // Stopped by Ctrl-C: what its reader has not taken is not waited for (the CLI ends the process at once).
-        if (abort.signal.aborted) abandonOutput();
+        if (stop.signal.aborted) abandonOutput();
       }
     }));
 }

@@ -2,7 +2,7 @@ import type { TSchema } from 'typebox';
 import { ProblemError } from '../api/http/problem.js';
 import { Validator } from '../api/http/validation.js';
 import { randomUUID } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, readSync } from 'node:fs';
 import { hostname, userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import { InvalidArgumentError } from 'commander';
@@ -11,7 +11,8 @@ import { loadConfig, type Config } from '../infra/config.js';
 import type { EventStore } from '../infra/eventstore/port.js';
 import type { ReadStore } from '../infra/readstore/port.js';
 import { REPEATED_SIGNAL_MS } from '../infra/signals.js';
-import { EVENT_LOG } from '../infra/backup-files.js';
+import { EVENT_LOG, MANIFEST } from '../infra/backup-files.js';
+import { shellWord } from './output.js';
 import { closeStores, openEventStore, openStores } from '../infra/stores.js';
 
 /**
@@ -55,6 +56,7 @@ export interface Stores {
 function storesConfig(options: { create?: boolean }): Config {
   const config = loadConfig();
   if (!config.eventStoreUrl && !options.create) requireEventLog(config.dataDir);
+  if (!config.eventStoreUrl) refuseBackupAsTaken(config.dataDir);
   // Allowed (a new deployment's first project), but said: with DATA_DIR unset or mistyped, the project would go into a
   // log no server reads, and the command would look as if it had worked.
   if (!config.eventStoreUrl && options.create && !hasEventLog(config.dataDir)) {
@@ -101,6 +103,26 @@ export function operatorPath(path: string): string {
 /** Whether DATA_DIR holds the embedded event log. */
 const hasEventLog = (dataDir: string) => existsSync(join(dataDir, EVENT_LOG));
 
+/**
+ * A backup as `ops backup` wrote it and nothing has opened since: its manifest is there, and its log is still in the
+ * rollback-journal mode of the copy (SQLite's header, byte 18: 1; 2 once in WAL mode). Opening the log, even to read
+ * it, switches it to WAL mode: events.db changes, and `ops verify-backup` no longer passes the backup, as if it had
+ * been tampered with. An auditor reading a backup reads a copy of it.
+ */
+function refuseBackupAsTaken(dataDir: string): void {
+  if (!existsSync(join(dataDir, MANIFEST)) || !hasEventLog(dataDir)) return;
+  const header = Buffer.alloc(100);
+  const fd = openSync(join(dataDir, EVENT_LOG), 'r');
+  try {
+    if (readSync(fd, header, 0, header.length, 0) < header.length || header[18] !== 1) return;
+  } finally {
+    closeSync(fd);
+  }
+  throw new OpsError(`${dataDir} holds a backup as \`ops backup\` wrote it (${MANIFEST}), not opened since: opening its log, even to read it, `
+    + `changes ${EVENT_LOG} (SQLite switches it to WAL mode), and \`ops verify-backup\` would no longer pass it. Use a copy without the `
+    + `manifest, which a DATA_DIR does not need (cp -a ${shellWord(dataDir)} NEW && rm NEW/${MANIFEST}; DATA_DIR=NEW)`);
+}
+
 /** A DATA_DIR without an embedded event log is a mistyped path (see withStores). */
 export function requireEventLog(dataDir: string): void {
   if (!hasEventLog(dataDir)) throw new OpsError(`no event log in ${dataDir} (set DATA_DIR to the server's data directory)`);
@@ -116,14 +138,13 @@ const STOP_SIGNALS = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
 type StopSignal = keyof typeof STOP_SIGNALS;
 
 /**
- * Until `release`, the first stop signal aborts `signal` instead of ending the process, with an OpsError that
- * carries `message` and the signal's exit code as the reason. Signals within REPEATED_SIGNAL_MS of it are the same
- * stop delivered twice (to npm and to this process) and are ignored, released or not; one after that ends the process
- * at once.
+ * Until `release`, the first stop signal (of `names`, by default all three) aborts `signal` instead of ending the
+ * process, with an OpsError that carries `message` and the signal's exit code as the reason. Signals within
+ * REPEATED_SIGNAL_MS of it are the same stop delivered twice (to npm and to this process) and are ignored, released
+ * or not; one after that ends the process at once.
  */
-export function stopOnSignals(message: string): { signal: AbortSignal; release: () => void } {
+export function stopOnSignals(message: string, names = Object.keys(STOP_SIGNALS) as StopSignal[]): { signal: AbortSignal; release: () => void } {
   const abort = new AbortController();
-  const names = Object.keys(STOP_SIGNALS) as StopSignal[];
   const remove = () => { for (const name of names) process.off(name, stop); };
   function stop(name: StopSignal): void {
     if (abort.signal.aborted) return;
