@@ -1,12 +1,11 @@
-import { randomUUID } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { startTestCairn } from '../support/cairn.js';
+import { seedEventLog } from '../support/event-log.js';
 import { startScript } from '../support/processes.js';
 
 /**
@@ -24,15 +23,12 @@ const contents = (dir: string) => readdirSync(dir).sort().map((name) => [name, c
 
 t.test('the tools do not change a backup they are pointed at; read from a copy without its manifest, it shows its events', async (t) => {
   const dataDir = join(work, 'data');
-  const events = new EmbeddedEventStore(join(dataDir, 'events.db'));
-  const metadata = { correlation_id: 'audit-1', causation_id: 'audit-1', actor: 'test', occurred_at: new Date().toISOString() };
-  await events.append('walk-audit', [1, 2, 3].map((i) => ({ id: randomUUID(), type: 'WalkPinged', data: { i }, metadata })), 'no_stream');
-  await events.close();
+  await seedEventLog(dataDir, 'walk-audit');
   const backup = join(work, 'backup');
   t.equal((await ops(dataDir, ['backup', backup, '--json'])).code, 0);
   const taken = contents(backup);
 
-  const reads = [['streams', 'list'], ['stream', 'show', 'walk-audit'], ['events', 'tail', '--until-head', '--correlation', 'audit-1'], ['projections', 'status']];
+  const reads = [['streams', 'list'], ['stream', 'show', 'walk-audit'], ['events', 'tail', '--until-head', '--correlation', 'walk-audit'], ['projections', 'status']];
   const runs = await Promise.all(reads.map((args) => ops(backup, args)));
   runs.forEach((run, i) => {
     t.equal(run.code, 1, `${reads[i]!.join(' ')}: refused`);
@@ -48,7 +44,7 @@ t.test('the tools do not change a backup they are pointed at; read from a copy w
   // As the message says.
   const copy = join(work, 'NEW');
   execFileSync('sh', ['-c', `cp -a ${backup} NEW && rm NEW/backup-manifest.json`], { cwd: work });
-  const read = await ops(copy, ['events', 'tail', '--until-head', '--correlation', 'audit-1', '--json']);
+  const read = await ops(copy, ['events', 'tail', '--until-head', '--correlation', 'walk-audit', '--json']);
   t.equal(read.code, 0, read.stderr);
   t.strictSame(read.stdout.trim().split('\n').map((line) => (JSON.parse(line) as { data: { i: number } }).data.i), [1, 2, 3]);
 

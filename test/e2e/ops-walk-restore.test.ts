@@ -1,11 +1,10 @@
-import { randomUUID } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { startTestCairn } from '../support/cairn.js';
+import { seedEventLog } from '../support/event-log.js';
 import { startScript } from '../support/processes.js';
 
 /**
@@ -22,10 +21,7 @@ const ops = (dataDir: string, args: string[]) => startScript('ops/cli.ts', args,
 
 t.test('backup --help restores from a copy, as the README does, and the backup stays verifiable', async (t) => {
   const dataDir = join(work, 'data');
-  const events = new EmbeddedEventStore(join(dataDir, 'events.db'));
-  const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() };
-  await events.append('walk-restore', [1, 2, 3].map((i) => ({ id: randomUUID(), type: 'WalkPinged', data: { i }, metadata })), 'no_stream');
-  await events.close();
+  await seedEventLog(dataDir, 'walk-restore');
   const backup = join(work, 'backup');
   const [taken, help] = await Promise.all([ops(dataDir, ['backup', backup, '--json']), ops(dataDir, ['backup', '--help'])]);
   t.equal(taken.code, 0, taken.stderr);

@@ -1,10 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { startTestCairn } from '../support/cairn.js';
+import { seedEventLog } from '../support/event-log.js';
 import { startScript } from '../support/processes.js';
 
 /**
@@ -23,10 +22,7 @@ interface Verified { restorable: boolean; manifest: unknown; problems: string[] 
 
 t.test('verify-backup of a live DATA_DIR (no manifest, its stores open in place) is not restorable, exit code 3', async (t) => {
   const dataDir = join(work, 'data');
-  const events = new EmbeddedEventStore(join(dataDir, 'events.db'));
-  const metadata = { correlation_id: 'c', causation_id: 'c', actor: 'test', occurred_at: new Date().toISOString() };
-  await events.append('walk-verify', [1, 2, 3].map((i) => ({ id: randomUUID(), type: 'WalkPinged', data: { i }, metadata })), 'no_stream');
-  await events.close();
+  await seedEventLog(dataDir, 'walk-verify');
   // A backup as an earlier version left it: its stores, no manifest. It still passes, saying what it could not check.
   const old = join(work, 'old-backup');
   t.equal((await ops(['backup', old, '--json'])).code, 0);
