@@ -5,8 +5,8 @@
  *
  * Cutting a WAL that grew past its limit back to nothing (a TRUNCATE checkpoint) takes the writers' lock, and this
  * thread runs at the lowest priority: one descheduled while it held that lock (under load, for seconds) made the
- * writers wait out their busy timeout and fail with SQLITE_BUSY. So with `truncatedByWriter` it only says when the
- * WAL is due (a 'truncate' message), and the writing thread truncates it between its own transactions (startCheckpointer).
+ * writers wait out their busy timeout and fail with SQLITE_BUSY. So it only says when the WAL is due (a 'truncate'
+ * message), and the writing thread truncates it between its own transactions (startCheckpointer, truncateWal).
  *
  * The thread never dies of an error: one it cannot open its file with, or a checkpoint's that is not
  * mere contention (disk full, I/O error), is logged, and a close is still answered, since the thread
@@ -24,14 +24,12 @@ import { Throttle } from './throttle.js';
 // Housekeeping: a checkpoint may run late, so it yields the CPU to the threads that answer requests.
 lowerThreadPriority(10);
 
-/** A WAL file larger than this, once wholly copied, is cut back to nothing (see shrink). */
+/** A WAL file larger than this, once wholly copied, is due to be cut back to nothing (see overLimit). */
 const WAL_LIMIT_BYTES = 64 * 1024 * 1024;
 /** The same failure is logged at most once a minute. */
 const FAILURE_LOG_INTERVAL_MS = 60_000;
 
-const { file, intervalMs, walLimitBytes = WAL_LIMIT_BYTES, logLevel, truncatedByWriter = false } = workerData as {
-  file: string; intervalMs: number; walLimitBytes?: number; logLevel?: string; truncatedByWriter?: boolean;
-};
+const { file, intervalMs, walLimitBytes = WAL_LIMIT_BYTES, logLevel } = workerData as { file: string; intervalMs: number; walLimitBytes?: number; logLevel?: string };
 // Written at once (it logs rarely): a line still being written when the thread is terminated would be lost.
 const log = createLogger(logLevel, { destination: pino.destination({ dest: 1, sync: true }) }).child({ thread: 'checkpointer', file });
 const failures = new Throttle(FAILURE_LOG_INTERVAL_MS);
@@ -45,15 +43,11 @@ let timer: NodeJS.Timeout | undefined;
 try {
   db = new Database(file, { fileMustExist: true });
   db.pragma('busy_timeout = 5000');
-  const open = db;
-  const checkpoint = open.prepare<[], { busy: number; log: number; checkpointed: number }>('PRAGMA wal_checkpoint(PASSIVE)');
+  const checkpoint = db.prepare<[], { busy: number; log: number; checkpointed: number }>('PRAGMA wal_checkpoint(PASSIVE)');
   timer = setInterval(() => {
     try {
       const result = checkpoint.get()!;
-      if (result.busy === 0 && result.log >= 0 && result.checkpointed === result.log && overLimit()) {
-        if (truncatedByWriter) parentPort!.postMessage('truncate');
-        else shrink(open);
-      }
+      if (result.busy === 0 && result.log >= 0 && result.checkpointed === result.log && overLimit()) parentPort!.postMessage('truncate');
     } catch (error) {
       // Busy or locked: the next tick tries again.
       if (!isContention(error)) failed(error, 'checkpoint the WAL');
@@ -66,7 +60,7 @@ try {
 /**
  * Every frame of the WAL is in the database now, but the file keeps the size it grew to (a long read lets
  * it grow without bound: no checkpoint can pass that reader's snapshot), since the writers reuse it from
- * its start. A large one is truncated, without waiting: if a writer or reader is in the way, later.
+ * its start. A large one is due to be truncated (by the writing thread: see above).
  */
 function overLimit(): boolean {
   try {
@@ -76,25 +70,13 @@ function overLimit(): boolean {
   }
 }
 
-function shrink(open: Database.Database): void {
-  open.pragma('busy_timeout = 0');
-  try {
-    open.pragma('wal_checkpoint(TRUNCATE)');
-  } finally {
-    open.pragma('busy_timeout = 5000');
-  }
-}
-
 parentPort!.on('message', () => {
   clearInterval(timer);
   if (db) {
-    // Best effort, without waiting: a TRUNCATE checkpoint that waits for a long reader (a backup's VACUUM INTO, an
-    // operator's sqlite3 shell) holds the write lock meanwhile, so every other connection's writes (another
-    // process's appends and batches) would wait out their busy timeout and fail, and this close with them.
-    // With truncatedByWriter the writer truncated it before it closed; this thread still takes no writers' lock.
+    // Best effort, without waiting, and without the writers' lock (their connection truncates the WAL at close).
     try {
       db.pragma('busy_timeout = 0');
-      db.pragma(`wal_checkpoint(${truncatedByWriter ? 'PASSIVE' : 'TRUNCATE'})`);
+      db.pragma('wal_checkpoint(PASSIVE)');
     } catch { /* best effort on shutdown */ }
     db.close();
   }

@@ -34,25 +34,22 @@ const truncateFailures = new Throttle(60_000);
  * checkpointer has copied all of it (truncateWal on its own connection, between its transactions: a TRUNCATE
  * checkpoint holds the writers' lock, which the checkpointer's thread, at the lowest priority, could hold for
  * seconds while descheduled under load). One request at a time; one that fails on contention is made again later.
- * Without it the checkpointer truncates the WAL itself.
  */
 export function startCheckpointer(file: string, intervalMs: number,
-  options: { truncate?: () => void | Promise<void>; walLimitBytes?: number } = {}): Worker {
+  options: { truncate: () => void | Promise<void>; walLimitBytes?: number }): Worker {
   const { truncate, walLimitBytes } = options;
-  const worker = startWorker(import.meta.url, './checkpointer', { file, intervalMs, walLimitBytes, truncatedByWriter: truncate !== undefined });
+  const worker = startWorker(import.meta.url, './checkpointer', { file, intervalMs, walLimitBytes });
   worker.on('error', (error) => createLogger().error({ err: error, file }, 'the WAL checkpointer thread died'));
-  if (truncate) {
-    let truncating = false;
-    worker.on('message', (message: unknown) => {
-      if (message !== 'truncate' || truncating) return;
-      truncating = true;
-      Promise.resolve().then(truncate).catch((error: unknown) => {
-        const code = String((error as { code?: unknown } | null)?.code);
-        if (isContention(error) || !truncateFailures.pass(`${file}:${code}`, Date.now())) return;
-        createLogger().error({ err: error, file }, 'could not truncate the WAL');
-      }).finally(() => { truncating = false; });
-    });
-  }
+  let truncating = false;
+  worker.on('message', (message: unknown) => {
+    if (message !== 'truncate' || truncating) return;
+    truncating = true;
+    Promise.resolve().then(truncate).catch((error: unknown) => {
+      const code = String((error as { code?: unknown } | null)?.code);
+      if (isContention(error) || !truncateFailures.pass(`${file}:${code}`, Date.now())) return;
+      createLogger().error({ err: error, file }, 'could not truncate the WAL');
+    }).finally(() => { truncating = false; });
+  });
   worker.unref();
   return worker;
 }

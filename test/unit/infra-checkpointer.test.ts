@@ -5,17 +5,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Worker } from 'node:worker_threads';
-import { startWorker } from '../../infra/threads.js';
+import { startWorker, truncateWal } from '../../infra/threads.js';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 
 /** The checkpointer thread, as the stores start it. */
 const checkpointerThread = (data: { file: string; intervalMs: number; walLimitBytes?: number; logLevel?: string }) =>
   startWorker(import.meta.url, '../../infra/checkpointer', data);
 
-/** Asks it to close, as the stores do; answers 'closed', or 'no answer' after `ms`. */
+/** Asks it to close, as the stores do; answers 'closed', or 'no answer' after `ms` (its 'truncate' requests are no answer). */
 const close = (worker: Worker, ms = 5_000) => new Promise<string>((resolve) => {
   const timer = setTimeout(() => resolve('no answer'), ms);
-  worker.once('message', (message: string) => { clearTimeout(timer); resolve(message); });
+  worker.on('message', (message: string) => { if (message !== 'truncate') { clearTimeout(timer); resolve(message); } });
   worker.postMessage('close');
 });
 
@@ -41,6 +41,8 @@ if (process.argv[2] === 'child') {
     writer.exec('CREATE TABLE t (x BLOB)');
     const checkpointer = checkpointerThread({ file, intervalMs: 10, walLimitBytes: 1024 * 1024, logLevel: 'silent' });
     checkpointer.on('error', (error) => t.fail(`checkpointer failed: ${error.message}`));
+    // The writing connection truncates when the thread says the WAL is due, as the stores' do (startCheckpointer).
+    checkpointer.on('message', (message: string) => { if (message === 'truncate') truncateWal(writer); });
 
     // A long read (an export, a rebuild) holds its snapshot: no checkpoint can pass it, the WAL grows.
     const reader = new Database(file, { readonly: true });
