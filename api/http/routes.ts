@@ -407,12 +407,10 @@ async function readBody(ctx: Koa.Context): Promise<Buffer> {
     // raw-body notices a client leaving in the middle of an uncompressed body itself (see failOnAbort), but not one
     // that left before the body was asked for (it fails that as a stream not readable).
     if (encoding === 'identity') {
-      if (req.destroyed && !req.complete) throw Object.assign(new Error('request aborted'), { type: 'request.aborted' });
+      if (req.destroyed && !req.complete) throw requestAborted();
       return await getRawBody(req, { limit: BODY_LIMIT_BYTES, length: length === undefined ? undefined : Number(length) });
     }
-    let body!: Buffer;
-    await failOnAbort(req, getRawBody(inflate(req), { limit: BODY_LIMIT_BYTES }).then((bytes) => { body = bytes; }));
-    return body;
+    return await failOnAbort(req, getRawBody(inflate(req), { limit: BODY_LIMIT_BYTES }));
   } catch (error) {
     // raw-body leaves the rest of a body it refused paused (piped into a decompressor, or not): a request sent
     // next on this connection would wait behind it until the keep-alive timeout. The rest is read and dropped
@@ -439,22 +437,25 @@ async function readBody(ctx: Koa.Context): Promise<Buffer> {
  * request would never finish or be logged. The read left behind is reachable only from the request, and is
  * collected with it.
  */
-async function failOnAbort(req: IncomingMessage, reading: Promise<unknown>): Promise<void> {
+async function failOnAbort<T>(req: IncomingMessage, reading: Promise<T>): Promise<T> {
   let aborted!: () => void;
   const closed = new Promise<never>((_, reject) => {
     aborted = () => {
-      if (!req.complete) reject(Object.assign(new Error('request aborted'), { type: 'request.aborted' }));
+      if (!req.complete) reject(requestAborted());
     };
   });
   // A client can leave while the request is authenticated, before its body is asked for.
   if (req.destroyed) aborted();
   else req.once('close', aborted);
   try {
-    await Promise.race([reading, closed]);
+    return await Promise.race([reading, closed]);
   } finally {
     req.off('close', aborted);
   }
 }
+
+/** The error raw-body fails a body with when its client leaves before the end (mapped to the `aborted` problem). */
+const requestAborted = () => Object.assign(new Error('request aborted'), { type: 'request.aborted' });
 
 /**
  * Where `bytes` stop being UTF-8: the offset of the first byte that is not part of a well-formed sequence
