@@ -17,12 +17,15 @@ import { loadConfig } from '../infra/config.js';
 import { EventStoreTimeoutError } from '../infra/eventstore/errors.js';
 import { storeFileOf } from '../infra/stores.js';
 import { describeError } from '../projections/health.js';
+import { RebuildFailedError } from '../projections/rebuild.js';
 
 /**
  * A store server's error as the server says it when it cannot start: the drivers' messages name neither the server
  * nor its setting (`getaddrinfo ENOTFOUND mongo.internal`, `Authentication failed.`), and may carry credentials.
  */
-function storeServerProblem(error: unknown): string | undefined {
+function storeServerProblem(thrown: unknown): string | undefined {
+  // A rebuild that failed on a store server's error: the server is what failed, not the event it was applying.
+  const error = thrown instanceof RebuildFailedError ? thrown.cause : thrown;
   const mongo = error instanceof Error && error.name.startsWith('Mongo');
   if (!mongo && !(error instanceof EventStoreTimeoutError)) return undefined;
   // The configuration loaded before the store was opened: it loads again.

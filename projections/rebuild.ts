@@ -1,4 +1,4 @@
-import type { EventStore } from '../infra/eventstore/port.js';
+import type { EventStore, RecordedEvent } from '../infra/eventstore/port.js';
 import type { CheckpointInfo, ReadStore } from '../infra/readstore/port.js';
 import { projectionAhead } from './ahead.js';
 import { relevantTo, type Projection } from './projection.js';
@@ -18,6 +18,25 @@ export class RebuildSupersededError extends Error {
   override readonly name = 'RebuildSupersededError';
   constructor(readonly projection: string) {
     super(`rebuild of ${projection} was superseded: another rebuild of it started meanwhile`);
+  }
+}
+
+/**
+ * A rebuild stopped by an event its projection could not apply, or a batch it could not prepare (a text the embeddings
+ * provider refuses): the error names them, as the live runner's log does, so an operator can look at that event
+ * (`ops events show`), and says the live generation is unchanged. The projection's own error is the `cause`.
+ */
+export class RebuildFailedError extends Error {
+  override readonly name = 'RebuildFailedError';
+  constructor(
+    readonly projection: string,
+    readonly at: { event: Pick<RecordedEvent, 'position' | 'id' | 'type' | 'stream'> } | { batch: { first: number; last: number } },
+    cause: unknown,
+  ) {
+    const where = 'event' in at
+      ? `at the event at position ${at.event.position} (${at.event.type} ${at.event.id} in stream ${at.event.stream})`
+      : at.batch.first === at.batch.last ? `preparing the event at position ${at.batch.first}` : `preparing the events at positions ${at.batch.first}–${at.batch.last}`;
+    super(`rebuild of ${projection} failed ${where}: ${cause instanceof Error ? cause.message : String(cause)}; the live generation is unchanged`, { cause });
   }
 }
 
@@ -77,9 +96,19 @@ async function rebuildFrom(
     }
     const last = batch[batch.length - 1]!.position;
     const relevant = relevantTo(projection, batch);
-    if (relevant.length > 0) await projection.prepare?.(relevant, events, undefined, signal);
+    if (relevant.length > 0) {
+      await projection.prepare?.(relevant, events, undefined, signal).catch((error: unknown) => {
+        throw signal?.aborted ? error : new RebuildFailedError(name, { batch: { first: relevant[0]!.position, last: relevant[relevant.length - 1]!.position } }, error);
+      });
+    }
     const ok = await reads.applyBatch(name, { position, generation }, last, async (writer) => {
-      for (const event of relevant) await projection.apply(event, writer);
+      for (const event of relevant) {
+        try {
+          await projection.apply(event, writer);
+        } catch (error) {
+          throw new RebuildFailedError(name, { event: { position: event.position, id: event.id, type: event.type, stream: event.stream } }, error);
+        }
+      }
     }, { rebuild: true });
     // Only another startRebuild moves the rebuild slot: it dropped our generation.
     if (!ok) throw new RebuildSupersededError(name);
