@@ -57,14 +57,15 @@ for (const thread of ['true', 'false']) {
     const baseline = { waits: app.pendingWaits(), timers: timers(), lines: lines.length };
     const clients = await Promise.all(requests.map(([url, request]) => send(url, request)));
     t.teardown(() => { for (const { socket } of clients) socket.destroy(); });
-    await until(`${N} waits are pending`, () => app.pendingWaits() === baseline.waits + N);
+    await until(`${N} waits are pending`, () => app.pendingWaits() === baseline.waits + N, 30_000);
     t.ok(timers() >= baseline.timers + N, 'each wait holds a timer');
 
     const hungUp = Date.now();
     for (const { socket } of clients) socket.destroy();
-    await until('every wait is released', () => app.pendingWaits() === baseline.waits);
+    // A quarter of the timeout: released at it, they fail this; a loaded machine (583 ms seen) does not.
+    await until('every wait is released', () => app.pendingWaits() === baseline.waits, TIMEOUT_MS / 4);
     const took = Date.now() - hungUp;
-    t.ok(took < 2_000, `released ${took} ms after the clients hung up, not after ${TIMEOUT_MS} ms`);
+    t.ok(took < TIMEOUT_MS / 4, `released ${took} ms after the clients hung up, not after ${TIMEOUT_MS} ms`);
     t.ok(timers() < baseline.timers + N, 'their timers are cleared');
 
     t.same(clients.filter((c) => c.received.length > 0).length, 0, 'no client got a byte');

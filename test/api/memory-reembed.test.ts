@@ -98,8 +98,8 @@ t.test('a server stopped while it re-embeds leaves no rebuild behind, and the ne
 t.test('a projection thread that dies while it re-embeds: its replacement re-embeds again and finishes', async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-reembed-'));
   const seeding = await startTestCairn({}, { dataDir });
-  await seedMemories(seeding, scope, 4000, { words: 40 });
-  await seeding.stop();
+  // Stopped also when seeding fails: a server left running keeps the file going until tap's timeout.
+  await seedMemories(seeding, scope, 4000, { words: 40 }).finally(() => seeding.stop());
   const db = new Database(join(dataDir, 'readmodels.db'));
   const table = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rm_memory_vectors_g%'").pluck().get() as string;
   t.equal(db.prepare(`UPDATE ${table} SET doc = json_set(doc, '$.model', 'local-hash-256-v2')`).run().changes, 4000);

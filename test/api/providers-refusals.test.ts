@@ -1,5 +1,9 @@
 import t, { type Test } from 'tap';
-import { startTestCairn, type TestCairn } from '../support/cairn.js';
+import { MEMORIES_PROJECTION } from '../../projections/memory/memories.js';
+import { PERSONALITY_PROJECTION } from '../../projections/memory/personality.js';
+import { VECTORS_PROJECTION } from '../../projections/memory/vectors.js';
+import { caughtUp, startTestCairn, type TestCairn } from '../support/cairn.js';
+import { until } from '../support/logs.js';
 import { startOpenAiServer, type OpenAiServer } from '../support/openai-server.js';
 
 /**
@@ -16,7 +20,9 @@ async function setup(t: Test): Promise<Setup> {
   const server = await startOpenAiServer();
   const app = await startTestCairn({
     EMBEDDINGS_PROVIDER: 'openai', EMBEDDINGS_BASE_URL: server.url, LLM_EMBEDDING_MODEL: 'refusal-embed-16',
-    LLM_TIMEOUT_MS: '1000', LLM_MAX_RETRIES: '0', CONSISTENCY_TIMEOUT_MS: '1500',
+    // The server answers at once, and no test here is about a timeout: LLM_TIMEOUT_MS longer than a loaded machine's
+    // stalls (with 1 s, the 401 below was once reported as "did not answer within 1000 ms").
+    LLM_TIMEOUT_MS: '10000', LLM_MAX_RETRIES: '0', CONSISTENCY_TIMEOUT_MS: '1500',
   });
   t.teardown(async () => {
     await app.stop();
@@ -50,6 +56,9 @@ t.test('a wrong key (401) or a base URL or model the provider does not serve (40
     const waiting = await exportOf(app, scope);
     // Taken for the text's refusal, the memory was exported at once without a vector, and kept none.
     t.equal(waiting.status, 503, `${status}: export waits for the memory's vector`);
+    // Its failure reported first (not within the export's 1.5 s on a loaded machine, where the projection thread runs
+    // at a lower priority than the processes of the other test file).
+    await until('memory-vectors reports the provider\'s failure', () => app.projections.health().projections.some((p) => p.projection === VECTORS_PROJECTION && p.failing !== null), 30_000);
     const ready = await json(await app.memory('/readyz'));
     t.equal(ready.status, 200, 'ready all the same (every node shares the provider)');
     t.equal(ready.body.degraded.length, 1, 'but reported as degraded');
@@ -76,6 +85,10 @@ t.test('llama.cpp\'s 500 for a text longer than its physical batch is that text\
   const short = await store(app, scope, 'a short memory');
   t.equal(long.status, 200);
   t.equal(short.status, 200);
+  // Past the refused text to the next one, bounded on its own: a fresh projection thread (at a lower CPU priority) beside
+  // another test file's processes can take longer than the export's 1.5 s. One that retried the refused text until the
+  // provider took it gave it a vector (checked below).
+  await caughtUp(app, [MEMORIES_PROJECTION, PERSONALITY_PROJECTION, VECTORS_PROJECTION]); // what an export reads
   // Taken for the provider being down, the projection retried the long text (every scope's vectors waiting
   // meanwhile, the node not ready) rather than carrying on without its vector.
   const exported = await exportOf(app, scope);

@@ -63,6 +63,18 @@ export async function startTestCairn(env: Record<string, string> = {}, options: 
   };
 }
 
+/**
+ * Resolves once the named projections have applied the log up to its head (wanted before a read that must succeed),
+ * bounded by `ms`, not by the app's CONSISTENCY_TIMEOUT_MS: tests that make that short for the 503 they check, or
+ * that seed thousands of events, would otherwise depend on how fast the projection thread, at a lower CPU priority,
+ * gets through them beside another test file's processes (in full runs on a loaded machine it took longer than 1.5 s
+ * for one memory on a fresh thread, and longer than 5 s for 3,000 seeded ones).
+ */
+export async function caughtUp(app: Pick<Cairn, 'events' | 'projections'>, names: readonly string[], ms = 30_000): Promise<void> {
+  const head = await app.events.headPosition();
+  await Promise.all(names.map((name) => app.projections.waitFor(name, head, ms)));
+}
+
 export async function sessionToken(claims: { sub?: string; tenant_id?: string } = {}, options: { expiresIn?: string; secret?: string; alg?: string } = {}): Promise<string> {
   return new SignJWT({ tenant_id: claims.tenant_id ?? 'tenant-a' })
     .setProtectedHeader({ alg: options.alg ?? 'HS256' })
@@ -83,5 +95,8 @@ export async function projectWithKey(app: TestCairn, tenant = 'tenant-a', scopes
   const created = await app.platform(`/projects/${project_id}/keys`, { method: 'POST', headers: bearer(session), json: scopes ? { scopes } : {} });
   if (created.status !== 200) throw new Error(`create key: ${created.status} ${await created.text()}`);
   const { key, key_id } = (await created.json()) as { key: string; key_id: string };
+  // Key creation waits for the api-keys read model only up to CONSISTENCY_TIMEOUT_MS, then returns the key anyway (it
+  // works once applied): apps with a short timeout, on a loaded machine, would otherwise get a 401 for its first use.
+  await caughtUp(app, ['projects', 'api-keys']);
   return { projectId: project_id, key, keyId: key_id, session };
 }

@@ -1,7 +1,12 @@
 import { randomUUID as uuid } from 'node:crypto';
 import { memoryIdFor, memoryStream } from '../../domain/memory/decider.js';
 import type { NewEvent } from '../../infra/eventstore/port.js';
-import type { TestCairn } from './cairn.js';
+import { MEMORIES_PROJECTION } from '../../projections/memory/memories.js';
+import { VECTORS_PROJECTION } from '../../projections/memory/vectors.js';
+import { caughtUp, type TestCairn } from './cairn.js';
+
+/** How long seedMemories waits for the read models: well inside tap's 120 s a file, far above what seeding takes. */
+const SEED_WAIT_MS = 60_000;
 
 export type Scope = { agent: string; user: string };
 /** A memory as GET /v1/export shows it. */
@@ -33,6 +38,8 @@ export async function seedMemories(app: TestCairn, scope: Scope, count: number, 
     }
     await app.events.append(memoryStream(scope.agent, scope.user), batch, at === 0 ? 'no_stream' : at - 1);
   }
-  await app.waitFor(options.vectors === false ? ['memories'] : ['memories', 'memory-vectors'], await app.events.headPosition());
+  // Not bounded by the app's CONSISTENCY_TIMEOUT_MS (5 s by default): with it, seeding failed in a full run on a loaded
+  // machine ("read model memories has not reached position 3000 yet (at 0)" in ops-backup-progress, 4000 in memory-reembed).
+  await caughtUp(app, options.vectors === false ? [MEMORIES_PROJECTION] : [MEMORIES_PROJECTION, VECTORS_PROJECTION], SEED_WAIT_MS);
   return memories;
 }
