@@ -4,7 +4,7 @@ import {
   memoryDecider, memoryStream, normalizeText, requestFingerprint, textKey,
   type MemoryCommand, type MemoryEvent, type MemoryState,
 } from '../../domain/memory/decider.js';
-import { Type } from 'typebox';
+import { Type, type Static } from 'typebox';
 import type { Logger } from '../../infra/logger.js';
 import type { ChatProvider } from '../../infra/providers/chat.js';
 import { BODY_LOG_LIMIT, ProviderError } from '../../infra/providers/http.js';
@@ -85,8 +85,30 @@ function normalizedLimit(location: string, given: string, normalized: string, ma
   return { location, message: `must be at most ${max} bytes after Unicode NFC normalisation (is ${bytes})`, value: `${bytes} bytes` };
 }
 
+/**
+ * Resolves once `running` has settled, whatever its outcome; rejects with the signal's reason if the signal aborts first
+ * (the waiting client hung up), and lets go of its listener either way.
+ */
+function settledOrAborted(running: Promise<void>, signal: AbortSignal): Promise<void> {
+  signal.throwIfAborted();
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    void running.finally(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    });
+  });
+}
+
 export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
   const { bus, reads, retrieval } = deps;
+  /**
+   * Ingests sent with an Idempotency-Key that are being answered on this node, by scope stream and request fingerprint:
+   * a repeat that arrives meanwhile (a client retrying a slow provider call) waits for the first one's answer and is
+   * answered from what it wrote, instead of asking the provider a second time. Each entry settles when its ingest ends.
+   */
+  const ingestsInFlight = new Map<string, Promise<void>>();
 
   /**
    * The memory as stored by a command: from its event, or, when nothing changed, from the scope's state.
@@ -117,6 +139,67 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     await deps.waitFor([MEMORIES_PROJECTION], position, caller.signal);
     const docs = await Promise.all(ids.map((id) => reads.get<MemoryDoc>(MEMORIES, memoryDocId(agent, user, id))));
     return docs.flatMap((doc) => (doc ? [toView(doc)] : []));
+  }
+
+  /**
+   * An ingest that is not a repeat: asks the provider for the text's facts and stores them in one command (a concurrent
+   * request with the same key that got there first is answered instead, as a repeat is).
+   */
+  async function ingest(
+    call: Caller & { body: Static<typeof IngestBody>; meta: RequestMeta; log: Logger }, chat: ChatProvider, stream: string,
+    session: string | null, repeat: { request_fingerprint?: string },
+  ): Promise<{ body: Static<typeof IngestResponse>; position: number }> {
+    const { body, meta, log } = call;
+    const { agent, user } = body.scope;
+    const fingerprint = repeat.request_fingerprint;
+    // A client that hangs up cancels the provider call (nothing is stored then).
+    const reply = await viaProvider(log, 'ingest', () => chat.complete(extractionMessages(body.text, new Date()), { json: true, temperature: 0, signal: call.signal }));
+    let extracted: string[];
+    try {
+      extracted = parseFacts(reply);
+    } catch (error) {
+      if (!(error instanceof UnparseableFactsError)) throw error;
+      log.error({ provider: 'chat', upstream_reply: reply.slice(0, BODY_LOG_LIMIT) }, 'ingest: the chat provider\'s reply has no readable facts');
+      throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
+    }
+    const facts: string[] = [];
+    const texts = new Set<string>();
+    let unstorable = 0;
+    for (const raw of extracted) {
+      const fact = normalizeText(raw);
+      if (texts.has(fact)) continue; // said twice: one memory
+      // Dropped like a text POST /v1/memories refuses: blank, oversize, or not well-formed Unicode.
+      if (fact === '' || Buffer.byteLength(fact, 'utf8') > MAX_TEXT_BYTES || wellFormed('', fact)) {
+        unstorable++;
+        continue;
+      }
+      texts.add(fact);
+      facts.push(fact);
+    }
+    if (unstorable > 0 && facts.length > 0) {
+      log.warn({ provider: 'chat', dropped: unstorable, kept: facts.length }, 'ingest: dropped extracted facts that cannot be stored (blank, over 8,192 bytes or not well-formed Unicode)');
+    }
+    if (extracted.length > 0 && facts.length === 0) {
+      // Blank, over the text limit or not well-formed, every one: not "the text held no facts".
+      log.error({ provider: 'chat', extracted: extracted.length, upstream_reply: reply.slice(0, BODY_LOG_LIMIT) }, 'ingest: none of the extracted facts can be stored (blank, over 8,192 bytes or not well-formed Unicode)');
+      throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
+    }
+    if (facts.length > MAX_FACTS_PER_INGEST) log.warn({ extracted: facts.length }, `ingest: keeping the first ${MAX_FACTS_PER_INGEST} facts`);
+    facts.splice(MAX_FACTS_PER_INGEST);
+    // Run even with no facts: the answer then carries the scope's position like every command's.
+    const result = await bus.handle(stream, memoryDecider, { type: 'IngestFacts', data: { agent, user, session, facts, model: chat.model, ...repeat } }, meta);
+    const first = fingerprint !== undefined && result.events.length === 0 ? result.state.requests.get(fingerprint) : undefined;
+    // A concurrent request with the same key got there first: its facts are the answer.
+    if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, result.position, call) }, position: result.position };
+    // The ingest is written whatever follows: a fact the scope already held, whose memory a concurrent request
+    // deleted (or changed to another text) before this answer, is left out, as a repeat of this ingest would leave it.
+    const stored: MemoryView[] = [];
+    for (const fact of facts) {
+      const view = await storedView(result, agent, user, undefined, fact, call);
+      if (view) stored.push(view);
+    }
+    if (stored.length < facts.length) log.info({ facts: facts.length, answered: stored.length }, 'ingest: facts already held whose memories a concurrent request deleted or changed are left out of the answer');
+    return { body: { facts: stored }, position: result.position };
   }
 
   return [
@@ -203,7 +286,7 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
     route({
       method: 'POST', path: '/v1/ingest', operationId: 'ingestFacts', tag: TAG, auth: ['owner'],
       summary: 'Extract durable facts from a text with the chat provider and store them',
-      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included (or left out of the answer, never a 409, when a concurrent request deleted that memory or changed it to another text before the answer could be read: the ingest is written either way). The text itself is never stored. A reply that cannot be read as {"facts": [...]}, or whose facts are all dropped (blank, over ${MAX_TEXT_BYTES.toLocaleString('en-US')} bytes or not well-formed Unicode), is a 500, never an empty success (when only some are dropped, the others are stored and the log says how many), and so is a reply cut off by the provider's token limit before its JSON was complete; an explicit {"facts": []} stores nothing. The prompt gives the model today's date (UTC), asking it to write times the text gives relative to today ("tomorrow") as dates. A reasoning model's reasoning left in the reply (\`<think>…</think>\`, \`[THINK]…[/THINK]\`, gpt-oss's analysis channel) is not read: only the answer after it (a reply that is all reasoning is a 500). The provider is asked for JSON mode (response_format json_object); one that refuses it with a 400 naming response_format (LM Studio) is asked again without it, and not asked for it again until restart once that worked. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key, an ingest that stored nothing included).`,
+      description: `Asks the chat provider (LLM_BASE_URL) for at most ${MAX_FACTS_PER_INGEST} facts as JSON and stores each like POST /v1/memories without id (same text, same memory), except that a fact a live memory already holds is returned unchanged, its session and updated_at included (or left out of the answer, never a 409, when a concurrent request deleted that memory or changed it to another text before the answer could be read: the ingest is written either way). The text itself is never stored. A reply that cannot be read as {"facts": [...]}, or whose facts are all dropped (blank, over ${MAX_TEXT_BYTES.toLocaleString('en-US')} bytes or not well-formed Unicode), is a 500, never an empty success (when only some are dropped, the others are stored and the log says how many), and so is a reply cut off by the provider's token limit before its JSON was complete; an explicit {"facts": []} stores nothing. The prompt gives the model today's date (UTC), asking it to write times the text gives relative to today ("tomorrow") as dates. A reasoning model's reasoning left in the reply (\`<think>…</think>\`, \`[THINK]…[/THINK]\`, gpt-oss's analysis channel) is not read: only the answer after it (a reply that is all reasoning is a 500). The provider is asked for JSON mode (response_format json_object); one that refuses it with a 400 naming response_format (LM Studio) is asked again without it, and not asked for it again until restart once that worked. 503 when no chat provider is configured. A repeat with the same Idempotency-Key, text and session in the same scope does not ask the provider again and writes nothing: it answers the first ingest's memories that are still live, as they are now, with the scope's current X-Event-Position; a repeat sent while the first is still being answered waits for that answer when both reach the same node (a repeat of a first that failed then asks the provider itself), and on another node asks the provider too, but writes nothing and answers the first one's facts if that was written first (the scope remembers its last ${MAX_REMEMBERED_REQUESTS} deletions and ingests sent with a key, an ingest that stored nothing included).`,
       body: IngestBody,
       responses: { 200: { description: 'the stored facts', schema: IngestResponse } },
       errors: [...WRITE_ERRORS, 503],
@@ -218,60 +301,24 @@ export function memoryRoutes(deps: MemoryRouteDeps): RouteDef[] {
         const session = sessionOf(body.session);
         const repeat = repeatable(meta, 'IngestFacts', body.text, session ?? '');
         const fingerprint = repeat.request_fingerprint;
-        if (fingerprint !== undefined) {
+        if (fingerprint === undefined) return ingest(call, chat, stream, session, repeat);
+        const key = `${stream}\n${fingerprint}`;
+        for (let running = ingestsInFlight.get(key); running; running = ingestsInFlight.get(key)) {
+          log.info('ingest: the same request (Idempotency-Key) is being answered on this node; waiting for its answer');
+          await settledOrAborted(running, call.signal);
+        }
+        let done!: () => void;
+        ingestsInFlight.set(key, new Promise<void>((resolve) => { done = resolve; }));
+        try {
           // A repeat answers the first ingest's facts without asking the provider again: the scope's state remembers it.
           const before = await bus.state(stream, memoryDecider, meta);
           const first = before.state.requests.get(fingerprint);
           if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, before.position, call) }, position: before.position };
+          return await ingest(call, chat, stream, session, repeat);
+        } finally {
+          ingestsInFlight.delete(key);
+          done();
         }
-        // A client that hangs up cancels the provider call (nothing is stored then).
-        const reply = await viaProvider(log, 'ingest', () => chat.complete(extractionMessages(body.text, new Date()), { json: true, temperature: 0, signal: call.signal }));
-        let extracted: string[];
-        try {
-          extracted = parseFacts(reply);
-        } catch (error) {
-          if (!(error instanceof UnparseableFactsError)) throw error;
-          log.error({ provider: 'chat', upstream_reply: reply.slice(0, BODY_LOG_LIMIT) }, 'ingest: the chat provider\'s reply has no readable facts');
-          throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
-        }
-        const facts: string[] = [];
-        const texts = new Set<string>();
-        let unstorable = 0;
-        for (const raw of extracted) {
-          const fact = normalizeText(raw);
-          if (texts.has(fact)) continue; // said twice: one memory
-          // Dropped like a text POST /v1/memories refuses: blank, oversize, or not well-formed Unicode.
-          if (fact === '' || Buffer.byteLength(fact, 'utf8') > MAX_TEXT_BYTES || wellFormed('', fact)) {
-            unstorable++;
-            continue;
-          }
-          texts.add(fact);
-          facts.push(fact);
-        }
-        if (unstorable > 0 && facts.length > 0) {
-          log.warn({ provider: 'chat', dropped: unstorable, kept: facts.length }, 'ingest: dropped extracted facts that cannot be stored (blank, over 8,192 bytes or not well-formed Unicode)');
-        }
-        if (extracted.length > 0 && facts.length === 0) {
-          // Blank, over the text limit or not well-formed, every one: not "the text held no facts".
-          log.error({ provider: 'chat', extracted: extracted.length, upstream_reply: reply.slice(0, BODY_LOG_LIMIT) }, 'ingest: none of the extracted facts can be stored (blank, over 8,192 bytes or not well-formed Unicode)');
-          throw new ProblemError(500, 'provider-failure', 'the model provider could not complete the request');
-        }
-        if (facts.length > MAX_FACTS_PER_INGEST) log.warn({ extracted: facts.length }, `ingest: keeping the first ${MAX_FACTS_PER_INGEST} facts`);
-        facts.splice(MAX_FACTS_PER_INGEST);
-        // Run even with no facts: the answer then carries the scope's position like every command's.
-        const result = await bus.handle(stream, memoryDecider, { type: 'IngestFacts', data: { agent, user, session, facts, model: chat.model, ...repeat } }, meta);
-        const first = fingerprint !== undefined && result.events.length === 0 ? result.state.requests.get(fingerprint) : undefined;
-        // A concurrent request with the same key got there first: its facts are the answer.
-        if (first?.type === 'FactsExtracted') return { body: { facts: await liveViews(agent, user, first.memory_ids, result.position, call) }, position: result.position };
-        // The ingest is written whatever follows: a fact the scope already held, whose memory a concurrent request
-        // deleted (or changed to another text) before this answer, is left out, as a repeat of this ingest would leave it.
-        const stored: MemoryView[] = [];
-        for (const fact of facts) {
-          const view = await storedView(result, agent, user, undefined, fact, call);
-          if (view) stored.push(view);
-        }
-        if (stored.length < facts.length) log.info({ facts: facts.length, answered: stored.length }, 'ingest: facts already held whose memories a concurrent request deleted or changed are left out of the answer');
-        return { body: { facts: stored }, position: result.position };
       },
     }),
     route({

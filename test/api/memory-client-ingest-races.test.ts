@@ -1,5 +1,6 @@
 import t from 'tap';
 import { startTestCairn } from '../support/cairn.js';
+import { capturingLogger, until } from '../support/logs.js';
 import { startOpenAiServer } from '../support/openai-server.js';
 
 /**
@@ -48,4 +49,64 @@ t.test('an ingest racing a deletion of a fact it found already held answers 200 
   }
   t.same(statuses.filter((s) => s !== 200), [], 'every ingest answers 200');
   t.ok(leftOut > 0, `the deletion landed between the ingest's decision and its answer (${leftOut} of 20)`);
+});
+
+t.test('a repeat of an ingest (same Idempotency-Key) sent while the first is still at the provider waits for it: one provider call', async (t) => {
+  const { log, lines } = capturingLogger();
+  const held = await startTestCairn({ LLM_BASE_URL: ai.url, EMBEDDINGS_PROVIDER: 'none', LLM_MAX_RETRIES: '0' }, { log });
+  t.teardown(() => held.stop());
+  const scope = { agent: 'ingest-retry', user: 'u1' };
+  const send = (key: string, text = 'I live in Porto and I play the cello') => held.memory('/v1/ingest', { method: 'POST', headers: { 'Idempotency-Key': key }, json: { scope, text } });
+  let release!: () => void;
+  const before = ai.chatRequests().length;
+  ai.chat.push({ content: JSON.stringify({ facts: ['Sam lives in Porto', 'Sam plays the cello'] }), held: new Promise<void>((resolve) => { release = resolve; }) });
+  const first = send('retry-1');
+  await ai.nextRequest();
+  // The client gives up on the slow answer and sends the request again, twice.
+  const repeats = [send('retry-1'), send('retry-1')];
+  const waiting = () => lines.filter((l) => /same request \(Idempotency-Key\) is being answered on this node/.test(l.msg)).length;
+  await until('both repeats wait for the first (or, not waiting, asked the provider)', () => waiting() === 2 || ai.chatRequests().length > before + 1);
+  release();
+  const answers = await Promise.all([first, ...repeats]);
+  t.same(answers.map((a) => a.status), [200, 200, 200]);
+  const bodies = await Promise.all(answers.map((a) => a.json() as Promise<{ facts: Array<{ id: string; text: string }> }>));
+  t.equal(ai.chatRequests().length, before + 1, 'the provider was asked once');
+  t.same(bodies[1], bodies[0], 'a repeat answers the first one\'s facts');
+  t.same(bodies[2], bodies[0]);
+  t.same(bodies[0]!.facts.map((f) => f.text), ['Sam lives in Porto', 'Sam plays the cello']);
+  t.same(new Set(answers.map((a) => a.headers.get('x-event-position'))).size, 1, 'at the same position: nothing was written twice');
+
+  // A failed ingest leaves nothing to wait for: its repeat asks the provider itself.
+  ai.chat.push({ status: 500, json: { error: { message: 'overloaded' } } });
+  const failed = await send('retry-2');
+  t.equal(failed.status, 500);
+  await failed.text();
+  const asked = ai.chatRequests().length;
+  const again = await send('retry-2');
+  t.equal(again.status, 200, 'the repeat of a failed ingest is answered by a provider call of its own');
+  await again.text();
+  t.equal(ai.chatRequests().length, asked + 1);
+});
+
+t.test('a repeat waiting for the first ingest can hang up: it stops waiting, and the first is answered', async (t) => {
+  const { log, lines } = capturingLogger();
+  const held = await startTestCairn({ LLM_BASE_URL: ai.url, EMBEDDINGS_PROVIDER: 'none' }, { log });
+  t.teardown(() => held.stop());
+  const scope = { agent: 'ingest-retry', user: 'u2' };
+  const json = { scope, text: 'I live in Porto' };
+  let release!: () => void;
+  ai.chat.push({ content: JSON.stringify({ facts: ['Sam lives in Porto'] }), held: new Promise<void>((resolve) => { release = resolve; }) });
+  const first = held.memory('/v1/ingest', { method: 'POST', headers: { 'Idempotency-Key': 'hang-up' }, json });
+  await ai.nextRequest();
+  const abort = new AbortController();
+  const repeat = held.memory('/v1/ingest', { method: 'POST', headers: { 'Idempotency-Key': 'hang-up' }, json, signal: abort.signal }).catch((error: unknown) => error);
+  await until('the repeat waits', () => lines.some((l) => /is being answered on this node/.test(l.msg)));
+  abort.abort();
+  t.match(await repeat, { name: 'AbortError' });
+  // Its request ends now (the access log's line), not once the first one is answered.
+  await until('the repeat\'s request ended', () => lines.some((l) => l.msg === 'request' && l.path === '/v1/ingest'));
+  release();
+  const answered = await first;
+  t.equal(answered.status, 200);
+  t.same(((await answered.json()) as { facts: Array<{ text: string }> }).facts.map((f) => f.text), ['Sam lives in Porto']);
 });

@@ -38,6 +38,8 @@ export type Scripted =
     endless?: { closed(bytesSent: number): void };
     /** Told when the client closes the connection before the answer was sent (a hang that was given up). */
     abandoned?: () => void;
+    /** The answer is sent once this resolves (to hold a provider call while the test does something else). */
+    held?: Promise<void>;
     /** A chat completion whose message content is this, as is: a string, an array of content parts, null. */
     content?: unknown;
     /** The completion's finish_reason (default "stop"). */
@@ -164,6 +166,7 @@ export async function startOpenAiServer(options: { apiKey?: string } = {}): Prom
     const scripted = queue.shift();
     if (scripted !== undefined && typeof scripted !== 'string') {
       if (scripted.abandoned) res.once('close', () => { if (!res.writableFinished) scripted.abandoned!(); });
+      if (scripted.held) await scripted.held;
       if (scripted.hang) return; // never answer
       if (scripted.hangAfterHeaders) {
         res.writeHead(scripted.status ?? 200, { 'Content-Type': 'application/json', ...scripted.headers });
