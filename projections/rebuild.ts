@@ -24,7 +24,7 @@ export class RebuildSupersededError extends Error {
 /**
  * A rebuild stopped by an event its projection could not apply, or a batch it could not prepare (a text the embeddings
  * provider refuses): the error names them, as the live runner's log does, so an operator can look at that event
- * (`ops events show`), and says the live generation is unchanged. The projection's own error is the `cause`.
+ * (`ops stream show STREAM`), and says the live generation is unchanged. The projection's own error is the `cause`.
  */
 export class RebuildFailedError extends Error {
   override readonly name = 'RebuildFailedError';
