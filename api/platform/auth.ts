@@ -11,6 +11,7 @@ import { requestedMinPosition, requestSignal, type AuthKind, type Principal } fr
 import { hashApiKey, isWellFormedApiKey } from '../../infra/apikeys.js';
 import { redactSecrets } from '../../infra/redact.js';
 import { describeError } from '../../projections/health.js';
+import { unpairedSurrogate } from '../../domain/shared/text.js';
 
 /** A request authenticated with a key: `correlation_id` is the request's id, for the ApiKeyUsed event it may cause. */
 export interface KeyUse { key_id: string; project_id: string; tenant_id: string; correlation_id?: string }
@@ -85,7 +86,9 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
   let algorithms: string[] = [];
   if (config.jwksUrl) {
     // jose records in this object when it last fetched the set (`uat`), and keeps the set in it.
-    const fetched: { uat?: number } = {};
+    const fetched: { uat?: number; jwks?: { keys?: unknown } } = {};
+    /** The last fetched set holds a key named `kid` (usable for this token or not: fetching the set again would not change that). */
+    const holdsKid = (kid: string) => Array.isArray(fetched.jwks?.keys) && fetched.jwks.keys.some((k: unknown) => (k as { kid?: unknown } | null)?.kid === kid);
     const jwks = createRemoteJWKSet(new URL(config.jwksUrl), { cooldownDuration: JWKS_COOLDOWN_MS, [jwksCache]: fetched as JWKSCacheInput });
     keySource = async (header, token) => {
       const fetchedBefore = fetched.uat;
@@ -94,8 +97,10 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
       } catch (error) {
         // An unfamiliar kid, judged against a set fetched before this request and not fetched again for it (cooling
         // down): the set may be too old to know the key, so the token cannot be judged now. One fetched for this
-        // request (or since it began) that lacks the key is a definite answer: 401 below.
-        if (error instanceof errors.JWKSNoMatchingKey && typeof header.kid === 'string' && fetched.uat !== undefined && fetched.uat === fetchedBefore && jwks.coolingDown) {
+        // request (or since it began) that lacks the key is a definite answer: 401 below. So is a set that holds the kid
+        // but not for this token (published for another algorithm, for encryption, of another key type): the set knows the key.
+        if (error instanceof errors.JWKSNoMatchingKey && typeof header.kid === 'string' && fetched.uat !== undefined && fetched.uat === fetchedBefore && jwks.coolingDown
+          && !holdsKid(header.kid)) {
           throw new KeySetCoolingDownError(Math.max(1, Math.ceil((fetched.uat + JWKS_COOLDOWN_MS - Date.now()) / 1000)));
         }
         // The token names no key of the set, or an algorithm the set cannot verify: the token is at fault (401). Several
@@ -132,6 +137,11 @@ export function platformAuthenticator(config: Config['auth'], reads: ReadStore, 
       if (tenant === undefined) throw unauthorized(`session token has no ${config.tenantClaim} claim`);
       // Present but not a tenant id (a number, as an identity provider's claim mapper may type it; an object; ""): said as it is.
       if (typeof tenant !== 'string' || tenant === '') throw unauthorized(`session token's ${config.tenantClaim} claim must be a non-empty string, not ${tenant === '' ? 'empty' : tenant === null ? 'null' : Array.isArray(tenant) ? 'an array' : typeof tenant === 'object' ? 'an object' : `a ${typeof tenant}`}`);
+      // A lone surrogate (JSON carries one escaped) is stored as U+FFFD by MongoDB (BSON is UTF-8): tenants "\ud800x" and
+      // "\udc00x" would be one tenant there, each listing the other's projects. Refused, as in every text the API takes.
+      for (const [claim, value] of [[config.tenantClaim, tenant], ['sub', payload.sub]] as const) {
+        if (unpairedSurrogate(value)) throw unauthorized(`session token's ${claim} claim must be well-formed Unicode (no unpaired surrogates)`);
+      }
       return { kind: 'session', user_id: payload.sub, tenant_id: tenant };
     } catch (error) {
       if (error instanceof Error && error.name === 'ProblemError') throw error;

@@ -251,10 +251,23 @@ t.test('killed with kill -9 in the middle of its copy: the next backup into the 
   const copy = join(dir, 'events.db.partial');
 
   const killed = backup(dataDir, [dir]);
-  await until(() => (statSync(copy, { throwIfNoEntry: false })?.size ?? 0) > 0 || killed.child.exitCode !== null);
+  // The copying process runs in slices of a few milliseconds (SIGCONT … SIGSTOP) until its copy has begun, and is
+  // killed frozen: on a busy machine, a copy let run while this process waits for the CPU could reach its end first.
+  await until(() => copying(dir).length > 0 || killed.child.exitCode !== null);
+  const [copier] = copying(dir);
+  t.ok(copier, 'the copy runs in a process of its own');
+  if (copier !== undefined) {
+    process.kill(copier, 'SIGSTOP');
+    while ((statSync(copy, { throwIfNoEntry: false })?.size ?? 0) === 0) {
+      process.kill(copier, 'SIGCONT');
+      await new Promise((resolve) => setTimeout(resolve, 2));
+      process.kill(copier, 'SIGSTOP');
+    }
+  }
   killed.child.kill('SIGKILL');
   t.equal((await killed.done).code, null, 'killed before it was done');
-  // Its copying process reads the end of its pipe from the killed one, and ends too.
+  // Its copying process, resumed, reads the end of its pipe from the killed one, and ends too.
+  if (copier !== undefined) process.kill(copier, 'SIGCONT');
   await until(() => copying(dir).length === 0);
   const left = readdirSync(dir).sort();
   const copied = statSync(copy).size;
