@@ -86,7 +86,8 @@ t.test('Expect: 100-continue: the body is asked for only when it will be read; a
 });
 
 t.test('a server that is stopping tells the clients of requests in flight that it closes their connections (Connection: close), so a pool does not reuse them', async (t) => {
-  const app = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '800' });
+  // A wait long enough that the stop surely begins while it runs, even on a busy machine.
+  const app = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '3000' });
   const { key } = await projectWithKey(app, 'tenant-stop-keepalive');
   const head = await app.events.headPosition();
   const conn = open(app.platformUrl);

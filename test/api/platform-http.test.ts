@@ -322,7 +322,8 @@ t.test('requests Node refuses before the app sees them still get problem+json', 
 });
 
 t.test('stopping the server answers the requests in flight instead of cutting their connections', async (t) => {
-  const stopping = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '800' });
+  // A wait long enough that the stop surely begins while it runs, even on a busy machine.
+  const stopping = await startTestCairn({ CONSISTENCY_TIMEOUT_MS: '3000' });
   const { key } = await projectWithKey(stopping, 'tenant-stopping');
   const head = await stopping.events.headPosition();
   // A read waiting for a position the log has not reached: in flight when the stop begins, answered 503 at its timeout.

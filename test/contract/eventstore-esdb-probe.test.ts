@@ -56,12 +56,12 @@ t.test('headPosition and countAfter with timeoutMs: a server that never answers'
     ['countAfter', () => store.countAfter(0, 10, { timeoutMs: 300 })],
   ] as const) {
     const before = esdb.calls.length;
-    const read = await timed(call(), 3000);
+    const read = await timed(call(), 20_000);
     t.equal(read.outcome, 'rejected', `${name} gave up (after ${Math.round(read.ms)} ms: ${String(read.error)})`);
-    t.ok(read.ms >= 250 && read.ms < 1500, `${name}: at about timeoutMs`);
+    t.ok(read.ms >= 250 && read.ms < 5000, `${name}: at about timeoutMs (a busy machine may fire its timer late; the adapter's default is 10 s)`);
     const made = esdb.calls.slice(before);
     t.ok(made.length > 0 && made.every((c) => c.path === READ), `${name} read $all (${made.map((c) => c.path).join(', ')})`);
-    t.ok(await within(Promise.all(made.map((c) => c.closed)), 1000), `${name}: its read is cancelled, not left open on the server`);
+    t.ok(await within(Promise.all(made.map((c) => c.closed)), 5000), `${name}: its read is cancelled, not left open on the server`);
   }
   await store.close();
   await warmUp;

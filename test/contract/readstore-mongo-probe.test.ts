@@ -29,12 +29,12 @@ t.test('listCheckpoints with timeoutMs: a server that never answers', async (t) 
   const store = await MongoReadStore.connect(mongo.url, 'cairn_probe');
   t.teardown(() => store.close());
 
-  const probe = await timed(store.listCheckpoints({ timeoutMs: 300 }), 3000);
+  const probe = await timed(store.listCheckpoints({ timeoutMs: 300 }), 20_000);
   t.equal(probe.outcome, 'rejected', `the call gave up (after ${Math.round(probe.ms)} ms: ${String(probe.error)})`);
-  t.ok(probe.ms >= 250 && probe.ms < 1500, 'at about timeoutMs');
+  t.ok(probe.ms >= 250 && probe.ms < 5000, 'at about timeoutMs (a busy machine may fire its timer late; unbounded, it would wait 10–30 s or for ever)');
   const find = mongo.received.find((c) => c.name === 'find' && c.body.find === '_checkpoints');
   t.equal(find?.body.maxTimeMS, 300, 'the server is told to end the query after timeoutMs');
-  t.ok(find && await within(find.closed, 1000), 'and the connection waiting for its answer is closed: nothing is left waiting');
+  t.ok(find && await within(find.closed, 5000), 'and the connection waiting for its answer is closed: nothing is left waiting');
 });
 
 t.test('listCheckpoints with timeoutMs: a server that is gone', async (t) => {
@@ -44,9 +44,9 @@ t.test('listCheckpoints with timeoutMs: a server that is gone', async (t) => {
   await mongo.stop();
 
   // Without a bound the driver waits for a server to select for serverSelectionTimeoutMS (30 s).
-  const probe = await timed(store.listCheckpoints({ timeoutMs: 300 }), 3000);
+  const probe = await timed(store.listCheckpoints({ timeoutMs: 300 }), 20_000);
   t.equal(probe.outcome, 'rejected', `the call gave up (after ${Math.round(probe.ms)} ms: ${String(probe.error)})`);
-  t.ok(probe.ms < 1500, 'at about timeoutMs');
+  t.ok(probe.ms < 5000, 'at about timeoutMs (a busy machine may fire its timer late; unbounded, it would wait 10–30 s or for ever)');
 });
 
 t.test('readiness bounds the read store\'s probe query to STORE_PROBE_TIMEOUT_MS in the driver', async (t) => {
@@ -63,5 +63,5 @@ t.test('readiness bounds the read store\'s probe query to STORE_PROBE_TIMEOUT_MS
   const find = mongo.received.find((c) => c.name === 'find' && c.body.find === '_checkpoints');
   t.ok(typeof find?.body.maxTimeMS === 'number' && find.body.maxTimeMS <= STORE_PROBE_TIMEOUT_MS && find.body.maxTimeMS > STORE_PROBE_TIMEOUT_MS - 500,
     `the query carried the probe's remaining time as maxTimeMS (${find?.body.maxTimeMS})`);
-  t.ok(find && await within(find.closed, 1000), 'its connection is closed soon after the probe gave up: probes do not pile up');
+  t.ok(find && await within(find.closed, 5000), 'its connection is closed soon after the probe gave up: probes do not pile up');
 });

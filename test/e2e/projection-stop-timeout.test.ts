@@ -4,7 +4,7 @@ import Database from 'better-sqlite3';
 import t from 'tap';
 import { EmbeddedReadStore } from '../../infra/readstore/embedded.js';
 import { THREAD_STOP_TIMEOUT_MS } from '../../projections/host.js';
-import { bearer, projectWithKey, startTestCairn } from '../support/cairn.js';
+import { bearer, caughtUp, projectWithKey, startTestCairn } from '../support/cairn.js';
 import { capturingLogger } from '../support/logs.js';
 
 /**
@@ -30,6 +30,8 @@ t.test('a projection thread that does not stop in time is ended without taking t
   const auth = bearer(key);
   const before = await app.platform(`/projects/${projectId}/config/before`, { method: 'PUT', headers: auth, json: 1 });
   t.equal(before.status, 200);
+  // Waited for with a bound a busy machine cannot miss: the 0.5 s above bounds the stop's wait, not this one.
+  await caughtUp(app, ['project-config']);
   t.equal((await app.platform(`/projects/${projectId}/config/before`, { headers: { ...auth, 'X-Min-Position': before.headers.get('x-event-position')! } })).status, 200);
 
   const locker = new Database(join(app.dataDir, 'readmodels.db'));
