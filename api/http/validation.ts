@@ -190,6 +190,8 @@ function describe(e: SchemaError, root: unknown, location: Location, schema?: TS
     return { location: join(location, path), message: `missing required field${names.length > 1 ? 's' : ''}: ${names.join(', ')}` };
   }
   const value = pointerGet(root, e.instancePath);
+  // An empty string where one character is the least: said plainly rather than as "fewer than 1 characters".
+  if (e.keyword === 'minLength' && value === '' && e.params.limit === 1) return { location: join(location, path), message: 'must not be empty', value };
   const limited = e.keyword === 'maxLength' && schema ? pointerGet(schema, e.schemaPath.replace(/^#/, '')) as Record<string, unknown> | undefined : undefined;
   const [maxBytes, maxName] = [limited?.[MAX_BYTES], limited?.[MAX_NAME_CHARACTERS]];
   if (typeof maxBytes === 'number' && typeof value === 'string') return byteLimit(join(location, path), value, maxBytes)!;

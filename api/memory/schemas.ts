@@ -12,7 +12,7 @@ const MemoryId = Type.String({
   pattern: MEMORY_ID_PATTERN,
   description: '1-128 ASCII letters, digits, `_`, `.`, `:`, `-`. Given: updates that memory in the scope, or creates it with this id. Omitted (or null, in a body): derived from the trimmed text (`m_` + 32 hex digits), so the same text is one memory.',
 });
-const Text = (what: string, max: number) => Type.String({ maxLength: max, [MAX_BYTES]: max, description: `${what}: not empty after trimming, at most ${max.toLocaleString('en-US')} bytes (UTF-8), well-formed Unicode (no unpaired surrogates)` });
+const Text = (what: string, max: number) => Type.String({ minLength: 1, maxLength: max, [MAX_BYTES]: max, description: `${what}: not empty after trimming, at most ${max.toLocaleString('en-US')} bytes (UTF-8), well-formed Unicode (no unpaired surrogates)` });
 const Session = (more: string) => Type.Union([Type.String({ maxLength: MAX_SESSION_BYTES, [MAX_BYTES]: MAX_SESSION_BYTES }), Type.Null()], {
   description: `optional provenance label, at most ${MAX_SESSION_BYTES} bytes, well-formed Unicode; "" and null mean none. ${more}`,
 });
@@ -87,7 +87,7 @@ export const ExportResponse = Type.Object({
   personality: PersonalityText,
   memories: Type.Array(Type.Object({
     ...MemoryView.properties,
-    vector: Type.Optional(Type.Array(Type.Number(), { description: 'unit-length embedding of the exported text (absent when embeddings are not configured or the provider refused this text)' })),
+    vector: Type.Optional(Type.Array(Type.Number(), { description: 'embedding of the exported text: unit length, or all zeros when it has no direction (the local embedder\'s for a text without words, such as `...`); absent when embeddings are not configured or the provider refused this text' })),
     vector_model: Type.Optional(Type.String({ description: 'embedding model the vector was computed with' })),
   }), { description: 'live memories, oldest first' }),
 });
