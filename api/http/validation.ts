@@ -183,11 +183,11 @@ function describe(e: SchemaError, root: unknown, location: Location, schema?: TS
   const path = e.instancePath.replace(/^\//, '').replace(/\//g, '.');
   if (e.keyword === 'additionalProperties') {
     const names = (e.params.additionalProperties as string[] | undefined) ?? [];
-    return { location: join(location, path), message: `unknown field${names.length > 1 ? 's' : ''}: ${names.join(', ')}`, value: names };
+    return { location: join(location, path), message: `unknown ${nounOf(location)}${names.length > 1 ? 's' : ''}: ${names.join(', ')}`, value: names };
   }
   if (e.keyword === 'required') {
     const names = (e.params.requiredProperties as string[] | undefined) ?? [];
-    return { location: join(location, path), message: `missing required field${names.length > 1 ? 's' : ''}: ${names.join(', ')}` };
+    return { location: join(location, path), message: `missing required ${nounOf(location)}${names.length > 1 ? 's' : ''}: ${names.join(', ')}` };
   }
   const value = pointerGet(root, e.instancePath);
   // An empty string where one character is the least: said plainly rather than as "fewer than 1 characters".
@@ -212,6 +212,8 @@ function tooLong(keyword: string, value: unknown): string | undefined {
 }
 
 const join = (location: string, path: string) => (path ? `${location}.${path}` : location);
+/** What a member is called where it is: a body has fields, a query string and a path parameters (as routes.ts says of a query on a route that takes none), a request headers. */
+const nounOf = (location: Location) => (location === 'body' ? 'field' : location === 'header' ? 'header' : 'parameter');
 
 /** Limits the spec states in bytes (UTF-8), which JSON Schema's maxLength (characters) cannot express. */
 export function byteLimit(location: string, value: string | undefined, max: number): ProblemFieldError | undefined {

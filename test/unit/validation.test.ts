@@ -32,8 +32,11 @@ t.test('unknown fields are one error per object, however many, and never crowd o
     { location: 'body.scope', message: `unknown fields: ${names(9).join(', ')}`, value: names(9) },
   ], 'nine in a nested object');
   t.strictSame(errorsOf(ScopeQuery, { ...scope, ...Object.fromEntries(names(9).map((n) => [n, 'x'])) }, 'query', true), [
-    { location: 'query', message: `unknown fields: ${names(9).join(', ')}`, value: names(9) },
+    { location: 'query', message: `unknown parameters: ${names(9).join(', ')}`, value: names(9) },
   ], 'nine in the query');
+  t.strictSame(errorsOf(ScopeQuery, { agent: 'a' }, 'query', true), [
+    { location: 'query', message: 'missing required parameter: user' },
+  ], 'the query\'s members are parameters, as on a route that takes none');
   t.strictSame(errorsOf(StoreMemoryBody, { scope, text: 5, session: 5, ...fields(4) }), [
     { location: 'body', message: `unknown fields: ${names(4).join(', ')}`, value: names(4) },
     { location: 'body.text', message: 'must be string', value: 5 },
