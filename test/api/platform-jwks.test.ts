@@ -94,7 +94,7 @@ t.test('a key set with several keys and tokens without kid (a provider rotating 
     { ...(await exportJWK(first.publicKey)), alg: 'RS256', use: 'sig' },
     { ...(await exportJWK(second.publicKey)), alg: 'RS256', use: 'sig' },
   ];
-  const app = await appWithKeySet(t, keys);
+  const { app } = await appWithKeySet(t, keys);
   const sign = (key: CryptoKey, expires = '5m') => new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256' }).setSubject('user-7')
     .setIssuer('https://idp.example').setAudience('cairn').setIssuedAt().setExpirationTime(expires).sign(key);
   const status = async (token: string) => (await app.platform('/projects', { headers: bearer(token) })).status;
@@ -107,7 +107,7 @@ t.test('a key set with several keys and tokens without kid (a provider rotating 
 t.test('a token without kid is tried against at most 8 keys of the set, in the set\'s order', async (t) => {
   const pairs = await Promise.all(Array.from({ length: 9 }, () => generateKeyPair('RS256')));
   const keys = await Promise.all(pairs.map(async (p) => ({ ...(await exportJWK(p.publicKey)), alg: 'RS256', use: 'sig' })));
-  const app = await appWithKeySet(t, keys);
+  const { app } = await appWithKeySet(t, keys);
   const status = async (key: CryptoKey) => (await app.platform('/projects', {
     headers: bearer(await new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256' }).setSubject('user-7')
       .setIssuer('https://idp.example').setAudience('cairn').setIssuedAt().setExpirationTime('5m').sign(key)),
@@ -119,22 +119,13 @@ t.test('a token without kid is tried against at most 8 keys of the set, in the s
 t.test('an identity provider that publishes a new key and signs with it at once: its sessions are not told they are invalid', async (t) => {
   const [first, second] = await Promise.all([generateKeyPair('RS256'), generateKeyPair('RS256')]);
   const published = [{ ...(await exportJWK(first.publicKey)), kid: 'k1', alg: 'RS256', use: 'sig' }];
-  let fetched = 0;
-  const idp = createServer((req, res) => {
-    fetched++;
-    res.setHeader('Content-Type', 'application/json');
-    res.end(JSON.stringify({ keys: published }));
-  });
-  await new Promise<void>((r) => idp.listen(0, '127.0.0.1', r));
-  t.teardown(() => new Promise((r) => idp.close(r)));
-  const app = await startTestCairn({ AUTH_JWKS_URL: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks`, AUTH_ISSUER: 'https://idp.example', AUTH_AUDIENCE: 'cairn' });
-  t.teardown(() => app.stop());
+  const { app, fetches } = await appWithKeySet(t, published);
   const sign = (key: CryptoKey, kid: string) => new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg: 'RS256', kid }).setSubject('user-7')
     .setIssuer('https://idp.example').setAudience('cairn').setIssuedAt().setExpirationTime('5m').sign(key);
   const list = async (token: string) => app.platform('/projects', { headers: bearer(token) });
 
   t.equal((await list(await sign(first.privateKey as CryptoKey, 'k1'))).status, 200, 'signed with the first key');
-  t.equal(fetched, 1);
+  t.equal(fetches(), 1);
   // The provider rotates: it publishes a second key and signs with it from now on (OpenID Connect Core §10.1.1).
   published.push({ ...(await exportJWK(second.publicKey)), kid: 'k2', alg: 'RS256', use: 'sig' });
   const rotated = await sign(second.privateKey as CryptoKey, 'k2');
@@ -144,12 +135,51 @@ t.test('an identity provider that publishes a new key and signs with it at once:
   t.match(await early.json(), { type: 'https://cairn.dev/problems/identity-provider-unavailable', detail: /kid/ });
   const retryAfter = Number(early.headers.get('retry-after'));
   t.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 30, `Retry-After until the set may be fetched again (${retryAfter} s)`);
-  t.equal(fetched, 1, 'no fetch per unfamiliar kid: the cooldown still bounds what made-up kids can make us fetch');
+  t.equal(fetches(), 1, 'no fetch per unfamiliar kid: the cooldown still bounds what made-up kids can make us fetch');
   await afterCooldown(async () => {
     t.equal((await list(rotated)).status, 200, 'after Retry-After the set is fetched again and the new key verifies the session');
-    t.equal(fetched, 2);
+    t.equal(fetches(), 2);
   });
-  t.equal((await list(await sign(first.privateKey as CryptoKey, 'k1'))).status, 200, 'the first key too, while published');
+  t.equal((await list(await sign(first.privateKey as CryptoKey, 'k1'))).status, 200, 'the first key too, while published');/**
+ * A token whose `kid` names a key the set holds, but which that key cannot verify (the key is published for another
+ * algorithm, for encryption, or is of another type): the set fetched a moment ago knows the key, so fetching it again
+ * cannot change the answer. It is the token's fault: 401 every time, not 401 once and then, while the set may not be
+ * fetched again, a 503 telling the client to retry because "the key it names was not in the set".
+ */
+t.test('a token naming a key of the set that cannot verify it is 401 every time, never a 503 to retry', async (t) => {
+  const [rsa, rs384, ec] = await Promise.all([generateKeyPair('RS256'), generateKeyPair('RS384'), generateKeyPair('ES256')]);
+  const published = [
+    { ...(await exportJWK(rsa.publicKey)), kid: 'rs', alg: 'RS256', use: 'sig' },
+    { ...(await exportJWK(rsa.publicKey)), kid: 'enc', use: 'enc' },
+    { ...(await exportJWK(rsa.publicKey)), kid: 'ops', key_ops: ['encrypt'] },
+    { ...(await exportJWK(ec.publicKey)), kid: 'ec', alg: 'ES256', use: 'sig' },
+  ];
+  const { app, fetches } = await appWithKeySet(t, published);
+  const sign = (key: CryptoKey, alg: string, kid: string) => new SignJWT({ tenant_id: 'acme' }).setProtectedHeader({ alg, kid }).setSubject('user-7')
+    .setIssuer('https://idp.example').setAudience('cairn').setIssuedAt().setExpirationTime('5m').sign(key);
+  const list = (token: string) => app.platform('/projects', { headers: bearer(token) });
+
+  t.equal((await list(await sign(rsa.privateKey as CryptoKey, 'RS256', 'rs'))).status, 200, 'a good token: the set is fetched');
+  t.equal(fetches(), 1);
+  const wrong: Array<[string, string, CryptoKey, string]> = [
+    ['RS384 naming a key published for RS256', 'RS384', rs384.privateKey as CryptoKey, 'rs'],
+    ['a key published for encryption (use: enc)', 'RS256', rsa.privateKey as CryptoKey, 'enc'],
+    ['a key whose key_ops do not include verify', 'RS256', rsa.privateKey as CryptoKey, 'ops'],
+    ['an RSA token naming an EC key', 'RS256', rsa.privateKey as CryptoKey, 'ec'],
+  ];
+  for (const [label, alg, key, kid] of wrong) {
+    const token = await sign(key, alg, kid);
+    for (const attempt of ['first', 'second']) {
+      const res = await list(token);
+      t.equal(res.status, 401, `${label}: 401 (${attempt} request)`);
+      t.equal(res.headers.get('retry-after'), null, `${label}: nothing to retry (${attempt} request)`);
+      t.match(await res.json(), { type: 'https://cairn.dev/problems/unauthorized' });
+    }
+  }
+  t.equal(fetches(), 1, 'no fetch for them: the set held their kids');
+});
+
+
 });
 
 /**
@@ -167,9 +197,11 @@ async function afterCooldown(fn: () => Promise<void>) {
   }
 }
 
-/** A server whose sessions are verified against a local identity provider serving `keys` as its JWKS. */
+/** A server whose sessions are verified against a local identity provider serving `keys` as its JWKS (as the array is at each fetch: a test may publish more), and how often the set was fetched. */
 async function appWithKeySet(t: Test, keys: unknown[]) {
+  let fetched = 0;
   const idp = createServer((req, res) => {
+    fetched++;
     res.setHeader('Content-Type', 'application/json');
     res.end(JSON.stringify({ keys }));
   });
@@ -177,5 +209,5 @@ async function appWithKeySet(t: Test, keys: unknown[]) {
   t.teardown(() => new Promise((r) => idp.close(r)));
   const app = await startTestCairn({ AUTH_JWKS_URL: `http://127.0.0.1:${(idp.address() as AddressInfo).port}/jwks`, AUTH_ISSUER: 'https://idp.example', AUTH_AUDIENCE: 'cairn' });
   t.teardown(() => app.stop());
-  return app;
+  return { app, fetches: () => fetched };
 }
