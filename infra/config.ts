@@ -97,19 +97,17 @@ function logLevel(env: NodeJS.ProcessEnv): string {
 }
 
 /**
- * Decimal digits only, surrounding whitespace trimmed; unset, empty or blank is the default (as for every other
- * setting). Number() alone would take " " as 0 (PORT=" " listening on a random port), and "0x10", "1e3", "1.0" or "+5".
+ * An integer from `min` to `max`: decimal digits only, surrounding whitespace trimmed; unset, empty or blank is the
+ * default (as for every other setting). Number() alone would take " " as 0 (PORT=" " listening on a random port), and
+ * "0x10", "1e3", "1.0" or "+5". Either refusal names the range, so the message says what the setting takes.
  */
-function int(name: string, fallback: number, env: NodeJS.ProcessEnv): number {
+function bounded(name: string, fallback: number, min: number, max: number, env: NodeJS.ProcessEnv): number {
   const raw = optional(env[name]);
   if (raw === undefined) return fallback;
-  if (!/^[0-9]+$/.test(raw)) throw new ConfigError(`${name} must be a non-negative integer, got "${env[name]}"`);
-  return Number(raw);
-}
-
-function bounded(name: string, fallback: number, min: number, max: number, env: NodeJS.ProcessEnv): number {
-  const value = int(name, fallback, env);
-  if (value < min || value > max) throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got "${env[name]}"`);
+  const range = `${name} must be an integer from ${min} to ${max}`;
+  if (!/^[0-9]+$/.test(raw)) throw new ConfigError(`${range}, written in decimal digits, got "${env[name]}"`);
+  const value = Number(raw);
+  if (value < min || value > max) throw new ConfigError(`${range}, got "${env[name]}"`);
   return value;
 }
 

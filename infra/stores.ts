@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { EVENT_LOG, LOCK, partial } from './backup-files.js';
 import { ConfigError, type Config } from './config.js';
+import { redactSecrets } from './redact.js';
 import { EmbeddedEventStore } from './eventstore/embedded.js';
 import type { EventStore } from './eventstore/port.js';
 import { EmbeddedReadStore } from './readstore/embedded.js';
@@ -17,15 +18,12 @@ export async function openStores(
   config: Pick<Config, 'dataDir' | 'eventStoreUrl' | 'eventStoreTimeoutMs' | 'mongodbUrl' | 'mongodbDb'>,
   options: { checkpointer?: boolean; appends?: boolean } = {},
 ): Promise<{ events: EventStore; reads: ReadStore }> {
+  // Before anything is opened or written: a MONGODB_URL the driver refuses must not leave a new, empty log behind.
+  if (config.mongodbUrl) await checkMongoUrl(config.mongodbUrl);
   const events = await openEventStore(config, options);
   try {
     const reads = config.mongodbUrl
-      ? await (await import('./readstore/mongo.js')).MongoReadStore.connect(config.mongodbUrl, config.mongodbDb).catch((error: unknown) => {
-        // The driver's checks of the URL (options, host list, "mongodb+srv" with a port): a setting, not a defect.
-        const name = (error as Error | null)?.name;
-        if (name === 'MongoParseError' || name === 'MongoInvalidArgumentError') throw new ConfigError(`MONGODB_URL is not a valid connection string: ${(error as Error).message}`);
-        throw error;
-      })
+      ? await (await import('./readstore/mongo.js')).MongoReadStore.connect(config.mongodbUrl, config.mongodbDb)
       : naming(join(config.dataDir, 'readmodels.db'), (file) => new EmbeddedReadStore(file, { checkpointer: options.checkpointer ?? true }));
     return { events, reads };
   } catch (error) {
@@ -33,6 +31,22 @@ export async function openStores(
     await events.close().catch(() => undefined);
     throw error;
   }
+}
+
+/**
+ * The driver's checks of a MongoDB URL (options and their values, the host list, "mongodb+srv" with a port), made by
+ * its client's constructor, which connects to nothing: a setting, not a defect. Whatever it throws there (MongoParseError,
+ * MongoInvalidArgumentError, MongoAPIError for `?w=`, MongoRuntimeError for a port out of range) is about the string.
+ */
+async function checkMongoUrl(url: string): Promise<void> {
+  const { MongoClient } = await import('mongodb');
+  let client: InstanceType<typeof MongoClient>;
+  try {
+    client = new MongoClient(url);
+  } catch (error) {
+    throw new ConfigError(`MONGODB_URL is not a valid connection string: ${redactSecrets((error as Error).message)}`);
+  }
+  await client.close();
 }
 
 /** The event log alone, for what never touches a read model (operator commands that read or append events). */

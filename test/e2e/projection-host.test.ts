@@ -120,7 +120,7 @@ t.test('the projection thread runs at a lower priority (PROJECTIONS_NICE, 0–19
   const edge = await startTestCairn({ PROJECTIONS_NICE: '19' });
   await edge.stop();
   await t.rejects(startTestCairn({ PROJECTIONS_NICE: '20' }), /PROJECTIONS_NICE must be an integer from 0 to 19/);
-  await t.rejects(startTestCairn({ PROJECTIONS_NICE: '-1' }), /PROJECTIONS_NICE must be a non-negative integer/);
+  await t.rejects(startTestCairn({ PROJECTIONS_NICE: '-1' }), /PROJECTIONS_NICE must be an integer from 0 to 19, written in decimal digits, got "-1"/);
 });
 
 t.test('PROJECTIONS_THREAD takes only true or false', async (t) => {

@@ -56,7 +56,7 @@ t.test('a setting it cannot run with: one line on stderr naming it, exit code 1,
   t.teardown(() => rmSync(parent, { recursive: true, force: true }));
   const dataDir = join(parent, 'data');
   for (const [name, value, message] of [
-    ['PORT', 'abc', 'PORT must be a non-negative integer, got "abc"'],
+    ['PORT', 'abc', 'PORT must be an integer from 0 to 65535, written in decimal digits, got "abc"'],
     ['PORT', '70000', 'PORT must be an integer from 0 to 65535, got "70000"'],
     ['LOG_LEVEL', 'verbose', 'LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"'],
   ]) {

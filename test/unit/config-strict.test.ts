@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
@@ -17,9 +17,9 @@ t.test('integers: decimal digits only; blank is unset, as for every other settin
   t.equal(loadConfig({ PORT: ' 9090\n' }).port, 9090, 'surrounding whitespace (a newline from a file) trimmed');
   t.equal(loadConfig({ PORT: '08080' }).port, 8080, 'leading zeros are still decimal');
   for (const bad of ['0x10', '1e3', '1.0', '+5', '-1', '-0', '10abc', '0b11', '0o17', '1_000', 'Infinity', '१०']) {
-    t.throws(() => loadConfig({ PORT: bad }), new ConfigError(`PORT must be a non-negative integer, got "${bad}"`), bad);
+    t.throws(() => loadConfig({ PORT: bad }), new ConfigError(`PORT must be an integer from 0 to 65535, written in decimal digits, got "${bad}"`), bad);
   }
-  t.throws(() => loadConfig({ CONSISTENCY_TIMEOUT_MS: '5e3' }), /CONSISTENCY_TIMEOUT_MS must be a non-negative integer, got "5e3"/);
+  t.throws(() => loadConfig({ CONSISTENCY_TIMEOUT_MS: '5e3' }), /CONSISTENCY_TIMEOUT_MS must be an integer from 0 to 600000, written in decimal digits, got "5e3"/);
   t.throws(() => loadConfig({ PORT: '99999999999999999999999' }), /PORT must be an integer from 0 to 65535, got "99999999999999999999999"/, 'huge');
 });
 
@@ -70,6 +70,21 @@ t.test('a connection string its driver refuses: a ConfigError naming the variabl
   const mongo = await openStores(loadConfig({ DATA_DIR: dataDir, MONGODB_URL: 'mongodb://admin:hunter2@127.0.0.1:1/?nope=1' })).then(() => undefined, (e: unknown) => e as Error);
   t.type(mongo, ConfigError);
   t.equal(mongo?.message, 'MONGODB_URL is not a valid connection string: option nope is not supported');
+  // Refused by other checks of the driver's (an option without a value, a port out of range), and before the
+  // embedded log is opened: nothing is created in DATA_DIR.
+  const fresh = join(dataDir, 'fresh');
+  for (const [url, message] of [
+    ['mongodb://admin:hunter2@h/?w=', 'URI option "w" cannot be specified with no value'],
+    ['mongodb://h/?replicaSet=', 'URI option "replicaSet" cannot be specified with no value'],
+    ['mongodb://admin:hunter2@h:99999/', 'Unable to parse h:99999 with URL'],
+    ['mongodb://h/?tls=maybe', 'tls/ssl must be either "true" or "false"'],
+  ] as const) {
+    const refused = await openStores(loadConfig({ DATA_DIR: fresh, MONGODB_URL: url })).then(() => undefined, (e: unknown) => e as Error);
+    t.type(refused, ConfigError, url);
+    t.equal(refused?.message, `MONGODB_URL is not a valid connection string: ${message}`);
+    t.notMatch(String(refused?.message), /hunter2/);
+    t.notOk(existsSync(fresh), `${url}: DATA_DIR was not created, nor a log in it`);
+  }
 });
 
 t.test('a store server that cannot be reached at start: one line naming the variable, without the password', async (t) => {
