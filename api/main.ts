@@ -41,7 +41,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {
     if (stoppingSince !== undefined) {
       if (performance.now() - stoppingSince < REPEATED_SIGNAL_MS) {
-        log.info({ signal }, 'stop signal repeated at once: the same stop delivered twice (to npm and to the server), not a second one');
+        log.info({ signal }, 'stop signal repeated at once: the same stop delivered twice (to a wrapper such as npm or tsx and to the server, or by a service manager signalling every process of the service), not a second one');
         return;
       }
       // A second Ctrl-C (or a service manager's second SIGTERM) stops at once, as a kill would: acknowledged writes
