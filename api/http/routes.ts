@@ -311,9 +311,12 @@ function takeMinPosition(ctx: Koa.Context, query: Record<string, unknown>, accep
   }
   // A header on a command is ignored (clients may send it on every request); a query parameter is not.
   if (!accepted) return undefined;
-  const given: Array<[unknown, string]> = [[ctx.get('X-Min-Position'), 'header.X-Min-Position'], [fromQuery, 'query.min_position']];
+  // A token sent empty (`?min_position=`, `X-Min-Position:`) is a malformed one, as the document's pattern says (and
+  // as a min_position on a command is), not an absent one: a client that meant to send a position did not. (ctx.get
+  // answers '' for an absent header too, so the header is read from the request itself.)
+  const given: Array<[unknown, string]> = [[ctx.req.headers['x-min-position'], 'header.X-Min-Position'], [fromQuery, 'query.min_position']];
   const positions = given.flatMap(([raw, location]) => {
-    if (raw === undefined || raw === '') return [];
+    if (raw === undefined) return [];
     if (typeof raw !== 'string' || !POSITION.test(raw)) {
       throw badRequest('invalid consistency token', [{ location, message: 'must be a position returned in X-Event-Position', value: raw }]);
     }

@@ -11,7 +11,7 @@ const app = await startTestCairn();
 t.teardown(() => app.stop());
 
 let scopes = 0;
-const freshScope = () => ({ agent: 'audit22', user: `u${++scopes}` });
+const freshScope = () => ({ agent: 'text-rules', user: `u${++scopes}` });
 
 async function call(method: string, path: string, json?: unknown) {
   const res = await app.memory(path, { method, json });
