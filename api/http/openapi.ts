@@ -60,7 +60,7 @@ const ERROR_TEXT: Record<number, string> = {
   403: 'Browser request rejected (an `Origin` or `Sec-Fetch-Site` header; on the memory service also a `Host` not in MEMORY_ALLOWED_HOSTS)',
   404: 'Not found (also objects of another project)',
   405: 'Method not allowed on this path (see Allow)',
-  409: 'Conflict: with the current state (`conflict`, e.g. a duplicate name), a resource that kept being changed concurrently while the command was retried (`concurrency-conflict`: send it again), or a repeat whose events are in the log elsewhere (`duplicate-request`)',
+  409: 'Conflict: with the current state (`conflict`, e.g. a duplicate name, or a project configuration at its limits), a resource that kept being changed concurrently while the command was retried (`concurrency-conflict`: send it again), or a repeat whose events are in the log elsewhere (`duplicate-request`)',
   410: 'The resource\'s event stream was deleted for good in EventStoreDB (`stream-deleted`: an operator\'s hard delete): nothing was written, and it cannot be changed again',
   413: 'The event store refuses the write as larger than it takes at once (`request-too-large`; EventStoreDB\'s `MaxAppendSize`, 1 MiB by default): nothing was written',
   422: 'Idempotency-Key already used for a different request',

@@ -58,7 +58,7 @@ export const PROBLEM_TYPES = {
   'method-not-allowed': { statuses: [405], meaning: 'The path exists, but not for this method: `Allow` lists those it has.' },
   'request-timeout': { statuses: [408], meaning: 'The request was not received in time.' },
   'expectation-failed': { statuses: [417], meaning: 'The request has an `Expect` header other than `100-continue`, which is the only expectation the server meets.' },
-  conflict: { statuses: [409], meaning: 'The change conflicts with the current state: the project, agent or key exists already, or the agent name is taken (`agent_id` names its holder).' },
+  conflict: { statuses: [409], meaning: 'The change conflicts with the current state: the project, agent or key exists already, the agent name is taken (`agent_id` names its holder), or a project configuration would pass its limits (1,000 keys, 16 MiB of values).' },
   'concurrency-conflict': { statuses: [409], meaning: 'The resource kept being changed concurrently while the command was retried (`stream` names it): send the request again.' },
   'storage-full': { statuses: [507], meaning: 'The server\'s storage (the event log\'s disk) is full: nothing of the request was written. Writes succeed again once an operator has freed space; read models on the same disk stall meanwhile (reads that wait for them answer `not-caught-up`) and catch up then.' },
   'duplicate-request': { statuses: [409], meaning: 'The events this request would append (their ids derive from its Idempotency-Key) are already in the log elsewhere: a repeat that cannot be answered as a replay. Nothing was written.' },

@@ -22,17 +22,27 @@ export const MAX_REMEMBERED_CONFIG_REQUESTS = 256;
 /** What a remembered request did (its command), so only a repeat of the same request is recognised. */
 type RememberedChange = { type: ConfigEvent['type']; key: string; valueHash?: string };
 /**
- * SHA-256 of a value's JSON text: values reach 1 MiB, so the state keeps only this. The last value hashed
- * is remembered: a PUT hashes its value when it is decided, and again (the same parsed value, never
- * mutated) when its event is evolved into the state.
+ * SHA-256 of a value's JSON text, and the text's length in UTF-8 bytes: values reach 1 MiB, so the state keeps only
+ * these. The last value measured is remembered: a PUT measures its value when it is decided, and again (the same
+ * parsed value, never mutated) when its event is evolved into the state.
  */
-let lastHashed: { value: unknown; hash: string } | undefined;
-export function valueHash(value: unknown): string {
-  if (lastHashed !== undefined && lastHashed.value === value) return lastHashed.hash;
-  const digest = hash('sha256', JSON.stringify(value), 'base64');
-  lastHashed = { value, hash: digest };
-  return digest;
+let lastMeasured: { value: unknown; hash: string; bytes: number } | undefined;
+function measure(value: unknown): { hash: string; bytes: number } {
+  if (lastMeasured !== undefined && lastMeasured.value === value) return lastMeasured;
+  const text = JSON.stringify(value);
+  lastMeasured = { value, hash: hash('sha256', text, 'base64'), bytes: Buffer.byteLength(text) };
+  return lastMeasured;
 }
+export const valueHash = (value: unknown): string => measure(value).hash;
+
+/**
+ * A project's configuration is at most MAX_CONFIG_KEYS keys and MAX_CONFIG_BYTES of values (their JSON texts, UTF-8):
+ * `GET /config` answers all of it in one document, which a key holder could otherwise grow without bound (a thousand
+ * values of 1 MiB each) until building that answer exhausts the server's memory. As remote-configuration services
+ * bound theirs (Firebase Remote Config: 3,000 parameters; AWS AppConfig: 2 MB per configuration).
+ */
+export const MAX_CONFIG_KEYS = 1000;
+export const MAX_CONFIG_BYTES = 16 * 1024 * 1024;
 
 /**
  * Config keys: 1-256 of `A-Z a-z 0-9 _ . : -`, other than "." and ".." (URL clients resolve those as path segments).
@@ -103,6 +113,18 @@ function pathToUnstorable(value: unknown, path: Array<string | number>): Unstora
 
 const notFound = (key: string) => new DomainError('not_found', `config key ${key} not found`);
 
+/** Setting `key` to a value of `bytes` keeps the configuration within MAX_CONFIG_KEYS and MAX_CONFIG_BYTES (a value replaced counts no more). */
+function requireWithinLimits(state: ConfigState, key: string, bytes: number): void {
+  const isNew = !state.values.has(key);
+  if (isNew && state.values.size >= MAX_CONFIG_KEYS) {
+    throw new DomainError('conflict', `the project's configuration holds ${state.values.size} keys, the most it may hold (${MAX_CONFIG_KEYS}): delete one before adding ${key}`);
+  }
+  const total = state.totalBytes - (state.bytes.get(key) ?? 0) + bytes;
+  if (total > MAX_CONFIG_BYTES) {
+    throw new DomainError('conflict', `the project's configuration would hold ${total} bytes of values, more than the ${MAX_CONFIG_BYTES} it may hold (each value counted as its JSON text, UTF-8)`);
+  }
+}
+
 /**
  * Keys present, with the hash of their value so an unchanged PUT appends nothing (not the value: this state
  * is cached per project, and values of 1 MiB each would stay in memory); for each key the request that last
@@ -111,7 +133,7 @@ const notFound = (key: string) => new DomainError('not_found', `config key ${key
  * decides the same event again, whatever happened since, which the store recognises by its id and answers
  * with the first one's position.
  */
-export type ConfigState = { values: Map<string, string>; changedBy: Map<string, string>; requests: Map<string, RememberedChange> };
+export type ConfigState = { values: Map<string, string>; bytes: Map<string, number>; totalBytes: number; changedBy: Map<string, string>; requests: Map<string, RememberedChange> };
 
 function rememberRequest(state: ConfigState, requestKey: string, change: RememberedChange): void {
   state.requests.delete(requestKey);
@@ -120,7 +142,7 @@ function rememberRequest(state: ConfigState, requestKey: string, change: Remembe
 }
 
 export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
-  initialState: () => ({ values: new Map(), changedBy: new Map(), requests: new Map() }),
+  initialState: () => ({ values: new Map(), bytes: new Map(), totalBytes: 0, changedBy: new Map(), requests: new Map() }),
   /** Its keys and remembered requests, for the command bus's cache (see Decider.size). */
   size: (state) => 1 + state.values.size + state.requests.size,
   decide(command, state, ctx): ConfigEvent[] {
@@ -136,6 +158,8 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
     switch (command.type) {
       case 'SetConfigValue':
         if (state.values.get(key) === hash && !repeat && !isRepeatable(ctx.request_key)) return [];
+        // A repeat decides what it decided the first time, whatever the configuration holds since.
+        if (!repeat) requireWithinLimits(state, key, measure(command.data.value).bytes);
         return [{ type: 'ConfigValueSet', data: { ...command.data, set_at: ctx.now, request_key: ctx.request_key } }];
       case 'DeleteConfigValue': {
         const refused = remembered?.type === 'ConfigValueDeletionRefused' && remembered.key === key;
@@ -160,10 +184,21 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
     if (event.type === 'ConfigValueDeletionRefused') {
       // Changes no value, nor which request last changed the key: only what a repeat of this request answers.
       if (isRepeatable(event.data.request_key)) rememberRequest(state, event.data.request_key, { type: event.type, key: event.data.key });
-      return { values: state.values, changedBy: state.changedBy, requests: state.requests };
+      return { ...state };
     }
-    if (event.type === 'ConfigValueSet') state.values.set(event.data.key, valueHash(event.data.value));
-    else if (event.type === 'ConfigValueDeleted') state.values.delete(event.data.key);
+    // Sizes are counted as the log holds them: a configuration over the limits (written before they existed) stays
+    // readable, and only its growth is refused.
+    const before = state.bytes.get(event.data.key) ?? 0;
+    let totalBytes = state.totalBytes - before;
+    if (event.type === 'ConfigValueSet') {
+      const { hash: digest, bytes } = measure(event.data.value);
+      state.values.set(event.data.key, digest);
+      state.bytes.set(event.data.key, bytes);
+      totalBytes += bytes;
+    } else {
+      state.values.delete(event.data.key);
+      state.bytes.delete(event.data.key);
+    }
     const requestKey = event.data.request_key;
     if (requestKey) state.changedBy.set(event.data.key, requestKey);
     else state.changedBy.delete(event.data.key);
@@ -172,7 +207,7 @@ export const configDecider: Decider<ConfigState, ConfigCommand, ConfigEvent> = {
         ? { type: event.type, key: event.data.key, valueHash: state.values.get(event.data.key) }
         : { type: event.type, key: event.data.key });
     }
-    return { values: state.values, changedBy: state.changedBy, requests: state.requests };
+    return { values: state.values, bytes: state.bytes, totalBytes, changedBy: state.changedBy, requests: state.requests };
   },
   refusal: (event) => (event.type === 'ConfigValueDeletionRefused' ? notFound(event.data.key) : undefined),
 };

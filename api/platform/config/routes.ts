@@ -48,10 +48,10 @@ export function configRoutes(deps: PlatformDeps): RouteDef[] {
     }),
     route({
       method: 'PUT', path: '/projects/:projectId/config/:key', operationId: 'setProjectConfigValue', tag: 'Project configuration',
-      auth: ['key'], scope: 'config:write', summary: 'Set a configuration value (any JSON value, up to 1 MiB, nested at most 64 levels deep, numbers within the range of a 64-bit float)',
+      auth: ['key'], scope: 'config:write', summary: 'Set a configuration value (any JSON value, up to 1 MiB, nested at most 64 levels deep, numbers within the range of a 64-bit float); a project holds at most 1,000 keys and 16 MiB of values (their JSON texts, UTF-8), else 409',
       params: ConfigKeyParams, body: ConfigValue,
       responses: { 200: { description: 'stored', schema: Success } },
-      errors: [400, 401, 403, 404],
+      errors: [400, 401, 403, 404, 409],
       async handler({ params, body, principal, meta }) {
         // JSON.parse reads a number beyond a 64-bit float (1e400) as Infinity, which would be stored as null; an escaped
         // lone surrogate ("\ud800") would be stored as U+FFFD by a UTF-8 store (MongoDB).
