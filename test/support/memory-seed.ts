@@ -5,7 +5,7 @@ import { MEMORIES_PROJECTION } from '../../projections/memory/memories.js';
 import { VECTORS_PROJECTION } from '../../projections/memory/vectors.js';
 import { caughtUp, type TestCairn } from './cairn.js';
 
-/** How long seedMemories waits for the read models: well inside tap's 120 s a file, far above what seeding takes. */
+/** How long seedMemories waits for the read models: well inside tap's 300 s a file (package.json), far above what seeding takes. */
 const SEED_WAIT_MS = 60_000;
 
 export type Scope = { agent: string; user: string };
