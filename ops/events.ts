@@ -19,7 +19,7 @@ interface TailOptions {
   json?: boolean;
 }
 
-/** How many events the metadata filters may pass over before the event loop gets a turn (Ctrl-C during a long search). */
+/** How many events --since may pass over (EventStoreDB: its positions cannot be searched) before the event loop gets a turn (Ctrl-C). */
 const SKIPS_PER_TURN = 512;
 
 export function eventCommands(program: Command): void {
@@ -57,7 +57,10 @@ export function eventCommands(program: Command): void {
         // A position from another log (a restored backup, a mistyped number) would skip, without a word, every event
         // appended until the log reaches it: the operator would take a quiet tail for a quiet log.
         if (from > head) notice(`note: --from ${from} is past the log's head (${head}); ${untilHead ? 'there is nothing to show' : `events up to position ${from} will not be shown`}`);
-        const filter = opts.type?.length || opts.streamPrefix?.length ? { types: opts.type, streamPrefixes: opts.streamPrefix } : undefined;
+        // The store applies every filter (the embedded log has SQLite test them: only the matching events are parsed).
+        const filter = opts.type?.length || opts.streamPrefix?.length || opts.correlation?.length || opts.actor?.length
+          ? { types: opts.type, streamPrefixes: opts.streamPrefix, correlationIds: opts.correlation, actors: opts.actor }
+          : undefined;
         // A filter that cannot match (a typo) says so: an empty answer would pass for "nothing happened".
         const notes = [
           opts.type && (await unseenTypesNote(events, opts.type, !untilHead)),
@@ -66,8 +69,6 @@ export function eventCommands(program: Command): void {
         ];
         for (const note of notes) if (note) notice(`note: ${note}`);
         if (untilHead && from >= head) return;
-        const correlations = opts.correlation && new Set(opts.correlation);
-        const actors = opts.actor && new Set(opts.actor);
         // --until-head: the subscription says how far it has read, also past events the filters skip, so that a
         // search whose last match lies before the head ends there rather than waiting for an event past it.
         const reachedHead = new AbortController();
@@ -80,8 +81,7 @@ export function eventCommands(program: Command): void {
           const recorded = opts.since !== undefined || opts.until !== undefined ? Date.parse(event.recorded_at) : 0;
           // Times follow positions (each log records its commits in order), so the first event past --until ends the search.
           if (opts.until !== undefined && recorded > opts.until) break;
-          if ((correlations && !correlations.has(event.metadata.correlation_id)) || (actors && !actors.has(event.metadata.actor))
-            || (opts.since !== undefined && recorded < opts.since)) {
+          if (opts.since !== undefined && recorded < opts.since) {
             // The store yields without a turn of the event loop while it reads a batch: a search through a large
             // log that finds little would otherwise hold back Ctrl-C until it is done.
             if (++skipped % SKIPS_PER_TURN === 0) await new Promise((resolve) => setImmediate(resolve));

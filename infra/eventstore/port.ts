@@ -72,6 +72,14 @@ export interface SubscriptionFilter {
   types?: string[];
   /** Only events of streams starting with one of these prefixes. */
   streamPrefixes?: string[];
+  /**
+   * Only events whose metadata's `correlation_id` (the request that caused them) is one of these: an audit's "what did
+   * request X do". The embedded log has SQLite test them (only matches are parsed); EventStoreDB's adapter reads past
+   * the others.
+   */
+  correlationIds?: string[];
+  /** Only events whose metadata's `actor` (key:<id>, user:<subject>, owner, …) is one of these. */
+  actors?: string[];
 }
 
 export interface SubscribeOptions {
@@ -175,12 +183,18 @@ export function readLimit(limit: number): number {
   return Math.min(limit, Number.MAX_SAFE_INTEGER);
 }
 
-export function matchesFilter(event: { type: string; stream: string }, filter?: SubscriptionFilter): boolean {
+export function matchesFilter(event: { type: string; stream: string; metadata?: Record<string, unknown> }, filter?: SubscriptionFilter): boolean {
   if (!filter) return true;
   if (filter.types && !filter.types.includes(event.type)) return false;
   if (filter.streamPrefixes && !filter.streamPrefixes.some((p) => event.stream.startsWith(p))) return false;
+  // Only a string matches (as the embedded log's index, which compares SQL text with text): an event written by
+  // another tool with a number or no metadata at all is no request's and no actor's.
+  if (filter.correlationIds && !includesText(filter.correlationIds, event.metadata?.correlation_id)) return false;
+  if (filter.actors && !includesText(filter.actors, event.metadata?.actor)) return false;
   return true;
 }
+
+const includesText = (values: string[], value: unknown) => typeof value === 'string' && values.includes(value);
 
 /**
  * An event's data or metadata as the port hands it out: always a JSON object, whoever wrote the event. Cairn writes

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { EmbeddedEventStore } from '../../infra/eventstore/embedded.js';
 import { DuplicateEventIdError, WrongExpectedVersionError } from '../../infra/eventstore/errors.js';
-import { compareStreamNames, type AppendResult, type EventStore, type RecordedEvent } from '../../infra/eventstore/port.js';
+import { compareStreamNames, type AppendResult, type EventStore, type RecordedEvent, type SubscriptionFilter } from '../../infra/eventstore/port.js';
 import { newEvent, runWriter, type Ack, type WriterPlan } from './fixtures/writers.js';
 import { EsdbStandin } from '../support/esdb-standin.js';
 import { tempDir } from '../support/temp.js';
@@ -282,6 +282,53 @@ async function eventStoreContract(t: Test, open: () => Promise<Subject>): Promis
     t.strictSame(await store.readAll(from, { filter: { streamPrefixes: [] } }), [], 'an empty prefix list matches nothing');
     t.strictSame(await store.readAll(last.position), [], 'nothing after the head');
     t.equal(await store.headPosition(), last.position);
+  });
+
+  await t.test('readAll and subscribeToAll by correlation id and actor (metadata): alternatives merged in log order', async (t) => {
+    const from = await store.headPosition();
+    const [a, b, c] = [randomUUID(), randomUUID(), randomUUID()];
+    const [k, owner] = [`key:${randomUUID()}`, `user:${randomUUID()}`];
+    const by = (type: string, correlation: string, actor: string) => {
+      const event = newEvent(type, {});
+      return { ...event, metadata: { ...event.metadata, correlation_id: correlation, causation_id: correlation, actor } };
+    };
+    const [x1, x2, x3, x4, x5] = [by('Alpha', a, k), by('Beta', b, owner), by('Beta', a, owner), by('Alpha', c, k), by('Alpha', a, k)];
+    // Another tool's metadata: a number where Cairn writes a string is no request's.
+    const numeric = { ...newEvent('Alpha', {}), metadata: { correlation_id: 5, actor: 5 } as unknown as RecordedEvent['metadata'] };
+    await store.append(s('meta-1'), [x1, x2], 'no_stream');
+    await store.append(s('meta-2'), [x3, numeric], 'no_stream');
+    await store.append(s('meta-1'), [x4], 1);
+    await store.append(s('other-3'), [x5], 'no_stream');
+    const read = async (filter: SubscriptionFilter, limit?: number, after = from) => ids(await store.readAll(after, { filter, limit }));
+    t.strictSame(await read({ correlationIds: [a] }), ids([x1, x3, x5]), 'one request');
+    t.strictSame(await read({ correlationIds: [c, a] }), ids([x1, x3, x4, x5]), 'two requests, in log order');
+    t.strictSame(await read({ correlationIds: [c, a, a] }, 2), ids([x1, x3]), 'alternatives merged, then the limit');
+    const [, second] = await store.readAll(from, { filter: { correlationIds: [a, c] }, limit: 2 });
+    t.strictSame(await read({ correlationIds: [a, c] }, 2, second!.position), ids([x4, x5]), 'the next page');
+    t.strictSame(await read({ actors: [k] }), ids([x1, x4, x5]), 'one actor');
+    t.strictSame(await read({ actors: [owner, k] }), ids([x1, x2, x3, x4, x5]), 'two actors');
+    t.strictSame(await read({ correlationIds: [a], actors: [owner] }), ids([x3]), 'a request and an actor');
+    t.strictSame(await read({ correlationIds: [a, b], types: ['Beta'], streamPrefixes: [s('meta-')] }), ids([x2, x3]), 'with a type and a stream prefix');
+    t.strictSame(await read({ actors: [k], types: ['Alpha'], streamPrefixes: [s('meta-')] }), ids([x1, x4]), 'an actor with a type and a prefix');
+    t.strictSame(await read({ correlationIds: ['5'] }), [], 'a number is not the text of its digits');
+    t.strictSame(await read({ actors: ['5'] }), [], 'nor for actors');
+    t.strictSame(await read({ correlationIds: [randomUUID()] }), [], 'an id no event has');
+    t.strictSame(await read({ correlationIds: [] }), [], 'an empty list matches nothing');
+    t.strictSame(await read({ actors: [] }), [], 'an empty actor list matches nothing');
+
+    const controller = new AbortController();
+    t.teardown(() => controller.abort());
+    const seen: RecordedEvent[] = [];
+    const later = by('Gamma', a, owner);
+    const subscription = (async () => {
+      for await (const e of store.subscribeToAll(from, { filter: { correlationIds: [a] }, signal: controller.signal })) {
+        seen.push(e);
+        if (seen.length === 3) await store.append(s('meta-4'), [by('Gamma', b, owner), later], 'no_stream');
+        if (seen.length === 4) controller.abort();
+      }
+    })();
+    await within(subscription, 'the subscription by correlation id');
+    t.strictSame(ids(seen), ids([x1, x3, x5, later]), 'caught up, then live: only the request\'s events');
   });
 
   await t.test('read limits: 0 reads nothing, one past the end reads to the end, a negative or fractional one is refused', async (t) => {

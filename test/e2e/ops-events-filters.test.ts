@@ -197,7 +197,7 @@ t.test('long output into a pipe whose reader is slow is all written before the c
   t.equal(parsed(tailed!.stdout).length, expected, 'events tail: every line');
 });
 
-t.test('Ctrl-C stops a search through a large log that finds little', async (t) => {
+t.test('a search through a large log that finds little: both ends found, each through the index; Ctrl-C on a live one', async (t) => {
   const dir = join(scratch, 'large');
   const writer = new EmbeddedEventStore(join(dir, 'events.db'));
   await writer.append('large-first', [{ id: randomUUID(), type: 'OpsTestPinged', data: {}, metadata: metadata('wanted', 'key:k') }], 'no_stream');
@@ -206,10 +206,21 @@ t.test('Ctrl-C stops a search through a large log that finds little', async (t) 
   }
   await writer.append('large-last', [{ id: randomUUID(), type: 'OpsTestPinged', data: {}, metadata: metadata('wanted', 'key:k') }], 'no_stream');
   await writer.close();
-  const search = ops(['events', 'tail', '--until-head', '--correlation', 'wanted', '--json'], { DATA_DIR: dir });
-  // The first match is printed at once; the second is 100,000 events further on.
-  search.child.stdout.once('data', () => search.child.kill('SIGINT'));
-  const run = await search.done;
+  const search = (...args: string[]) => ops(['events', 'tail', ...args], { DATA_DIR: dir }).done;
+  const runs = await Promise.all([
+    search('--until-head', '--correlation', 'wanted', '--json'),
+    search('--until-head', '--correlation', 'wanted,nobody', '--type', 'OpsTestPinged', '--json'),
+  ]);
+  for (const run of runs) {
+    t.equal(run.code, 0, run.stderr);
+    t.strictSame(parsed(run.stdout).map((e) => e.stream), ['large-first', 'large-last'], 'the first and the last of 100,002 events');
+  }
+  // Following the log for a request's events: both are printed, then the tail waits, and Ctrl-C ends it cleanly.
+  const live = ops(['events', 'tail', '--from', '0', '--correlation', 'wanted', '--json'], { DATA_DIR: dir });
+  t.teardown(() => { if (live.child.exitCode === null && live.child.signalCode === null) live.child.kill('SIGKILL'); });
+  await until('the live tail has printed both', () => live.out.stdout.split('\n').filter(Boolean).length === 2, 60_000);
+  live.child.kill('SIGINT');
+  const run = await live.done;
   t.equal(run.code, 0, run.stderr);
-  t.strictSame(parsed(run.stdout).map((e) => e.stream), ['large-first'], 'stopped before the end of the log');
+  t.strictSame(parsed(run.stdout).map((e) => e.stream), ['large-first', 'large-last']);
 });
