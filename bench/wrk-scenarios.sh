@@ -38,7 +38,8 @@ else
   project=$(curl -s -XPOST "$url/api/v1/projects" -H "authorization: Bearer $token" -H 'content-type: application/json' -d '{"name":"bench"}' | node -pe 'JSON.parse(require("fs").readFileSync(0)).project_id')
   key=$(curl -s -XPOST "$url/api/v1/projects/$project/keys" -H "authorization: Bearer $token" -H 'content-type: application/json' -d '{}' | node -pe 'JSON.parse(require("fs").readFileSync(0)).key')
   if [ "$scenario" = config ]; then
-    req="wrk.format(\"PUT\", \"/api/v1/projects/$project/config/$run-\" .. n, h, tostring(n))"
+    # A project holds at most 1,000 keys: 500 keys in turn, each PUT a new value (an event each).
+    req="wrk.format(\"PUT\", \"/api/v1/projects/$project/config/$run-\" .. (n % 500), h, tostring(n))"
   else
     req="wrk.format(\"POST\", \"/api/v1/agents\", h, '{\"name\":\"$run-' .. n .. '\"}')"
   fi
