@@ -11,6 +11,12 @@ export interface Embedder {
    * no longer wanted (the client went away): the request is cancelled and the signal's reason thrown.
    */
   embed(texts: string[], signal?: AbortSignal): Promise<Float32Array[]>;
+  /**
+   * Embeds in this process: no third party sees the texts, nothing is paid per text, and a text costs microseconds.
+   * The memory-vectors projection then embeds what a later event of the log supersedes rather than read ahead in the
+   * log to leave it out (see its Lookahead).
+   */
+  readonly inProcess?: boolean;
 }
 
 export const LOCAL_EMBEDDING_DIM = 256;
@@ -45,6 +51,7 @@ function hash32(text: string): number {
  */
 export class LocalHashEmbedder implements Embedder {
   readonly model = LOCAL_EMBEDDING_MODEL;
+  readonly inProcess: boolean = true;
 
   embedOne(text: string): Float32Array {
     const vector = new Float32Array(LOCAL_EMBEDDING_DIM);

@@ -177,7 +177,8 @@ function isSupersededBy(e: Texted, later: Changes): boolean {
  * vector (logged, and any older vector of the memory is dropped): one text must not stop the projection
  * for every scope. The memory stays in lexical search and export; rebuilding this projection re-embeds
  * every live memory from the log with the configured model. A text that a later event of the log
- * replaces or deletes is never sent to the provider (see Lookahead). With a `sink`, committed batches (with their
+ * replaces or deletes is never sent to a provider elsewhere (see Lookahead; an in-process embedder, which sends no text
+ * anywhere, embeds it instead, which costs less than reading ahead in the log). With a `sink`, committed batches (with their
  * vectors) also go to the vector index (see vectorsIndexSync).
  */
 export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[]>, log?: Logger): Projection {
@@ -235,7 +236,7 @@ export function vectorsProjection(embedder: Embedder, sink?: IndexSink<Embedded[
       // the text (a second relabel) would find none to reuse and be sent to the provider.
       const candidates = reads ? await reuse(texts, reads) : texts;
       if (candidates.length === 0) return;
-      const superseded = await lookahead.superseded(candidates, events, log);
+      const superseded = embedder.inProcess ? new Set<string>() : await lookahead.superseded(candidates, events, log);
       for (const id of superseded) prepared.set(id, 'superseded');
       const toEmbed = candidates.filter((e) => !superseded.has(e.id));
       if (toEmbed.length === 0) return;

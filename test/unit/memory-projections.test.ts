@@ -127,6 +127,33 @@ t.test('memory-vectors: behind the head, texts that later events replace or dele
   t.same(sent, ['newest']);
 });
 
+t.test('memory-vectors: with an in-process embedder, a runner behind the head embeds what follows rather than read ahead', async (t) => {
+  const reads = new EmbeddedReadStore(':memory:');
+  t.teardown(() => reads.close());
+  const local = new LocalHashEmbedder();
+  const index = new BruteForceVectorIndex();
+  const projection = vectorsProjection(local, vectorsIndexSync(reads, index, local.model));
+  await reads.register(projection.name, projection.collections);
+  await projection.reset!();
+  let streamReads = 0;
+  const counted: Pick<EventStore, 'readStream' | 'headPosition'> = { ...log, readStream: async (...args) => { streamReads += 1; return log.readStream(...args); } };
+  for (const [i, e] of recorded.entries()) {
+    const relevant = [e].filter((x) => projection.canHandle.includes(x.type));
+    await projection.prepare?.(relevant, counted);
+    const { generation } = await reads.checkpoint(projection.name);
+    await reads.applyBatch(projection.name, { position: i, generation }, e.position, async (w) => { for (const x of relevant) await projection.apply(x, w); });
+    projection.afterCommit?.(relevant, generation);
+  }
+  t.equal(streamReads, 0, 'no scope stream read: the local embedder sends no text anywhere, and costs microseconds');
+  t.same((await docs(reads, 'memory_vectors')).map((d) => d.id).sort(), ['a/u/m3', 'b/u/m1'], 'the same vectors in the end');
+  t.same(index.search('a/u', local.model, local.embedOne('after the wipe'), 5).map((h) => h.id), ['m3']);
+
+  // A provider elsewhere (not in-process): the look-ahead reads the scope's later events.
+  const remote = vectorsProjection(new RecordingEmbedder());
+  await remote.prepare!([recorded[0]!], counted);
+  t.ok(streamReads > 0, 'read ahead for a provider elsewhere');
+});
+
 t.test('memory-vectors: the look-ahead sees events appended since it last read a scope', async (t) => {
   const recording = new RecordingEmbedder();
   const { sent } = recording;
