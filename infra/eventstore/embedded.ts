@@ -100,6 +100,7 @@ export class EmbeddedEventStore implements EventStore {
     this.stmt = {
       streamRow: this.db.prepare<[string], StreamRow>('SELECT * FROM streams WHERE name = ?'),
       head: this.db.prepare<[], { p: number | null }>('SELECT MAX(position) AS p FROM events'),
+      nextPosition: this.db.prepare<[number], { p: number | null }>('SELECT MIN(position) AS p FROM events WHERE position > ?'),
       idAt: this.db.prepare<[number], { id: string }>('SELECT id FROM events WHERE position = ?'),
       readStream: this.db.prepare<[string, number, number], EventRow>(
         `SELECT ${COLUMNS} FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?`).raw(),
@@ -303,8 +304,11 @@ export class EmbeddedEventStore implements EventStore {
           else if (hasFilter(filter)) {
             const head = this.stmt.head.get()?.p ?? 0;
             // One synchronous read tests every event up to `to`: a window, so that a filter matching little in a large
-            // log holds this thread (a stop signal, Ctrl-C) for one window at a time, not for the whole log.
-            const to = Math.min(head, position + FILTER_WINDOW);
+            // log holds this thread (a stop signal, Ctrl-C) for one window at a time, not for the whole log. It starts
+            // at the next event, so a gap in the positions (rows deleted, or one put in by hand far ahead: the log
+            // appends from there) is passed in one step, not in windows of nothing.
+            const next = head > position ? this.stmt.nextPosition.get(position)?.p ?? head : head;
+            const to = Math.min(head, next - 1 + FILTER_WINDOW);
             batch = to > position ? this.readFiltered(position, to, 512, filter) : [];
             scannedTo = batch.length === 512 ? batch[511]!.position : to;
             if (scannedTo === to && to < head) await new Promise((resolve) => setImmediate(resolve));
@@ -475,10 +479,11 @@ function hasFilter(filter: SubscriptionFilter | undefined): filter is Subscripti
 
 /**
  * A member of an event's metadata as SQL text: only a string counts, as matchesFilter has it. A row put in by hand whose
- * metadata is not JSON has none (json_extract would fail on it, and with it the whole read).
+ * metadata is not JSON has none (json_extract would fail on it, and with it the whole read), nor one whose metadata is a
+ * blob: SQLite reads JSON text in a blob, but the port hands a blob out as bytes (`{ raw }`, see decodeColumn).
  */
 const metadataMember = (member: 'correlation_id' | 'actor') =>
-  `(CASE WHEN json_valid(metadata) THEN CASE json_type(metadata, '$.${member}') WHEN 'text' THEN metadata ->> '$.${member}' END END)`;
+  `(CASE WHEN typeof(metadata) = 'text' AND json_valid(metadata) THEN CASE json_type(metadata, '$.${member}') WHEN 'text' THEN metadata ->> '$.${member}' END END)`;
 
 function toRecorded([position, id, stream, revision, type, data, metadata, recorded_at]: EventRow): RecordedEvent {
   return { id, stream, revision, position, type, data: decodeColumn(data), metadata: decodeColumn(metadata) as EventMetadata, recorded_at };

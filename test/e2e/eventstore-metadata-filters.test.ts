@@ -43,7 +43,9 @@ t.test('by correlation id and actor: what the port\'s own test finds among every
   const insert = byHand.prepare('INSERT INTO events (position, id, stream, revision, type, data, metadata, recorded_at) VALUES (?, ?, ?, 0, ?, ?, ?, ?)');
   let head = byHand.prepare('SELECT MAX(position) FROM events').pluck().get() as number;
   for (const metadata of ['not JSON', '"r1"', '[1]', JSON.stringify({ correlation_id: 5, actor: ['owner'] }),
-    JSON.stringify({ correlation_id: { nested: 'r1' }, actor: 'owner' }), Buffer.from([0xde, 0xad]), JSON.stringify({ correlation_id: 'r1', actor: 'key:k1' })]) {
+    JSON.stringify({ correlation_id: { nested: 'r1' }, actor: 'owner' }), Buffer.from([0xde, 0xad]), JSON.stringify({ correlation_id: 'r1', actor: 'key:k1' }),
+    // A blob holding JSON text: the port hands it out as bytes ({ raw }), with no correlation id or actor.
+    Buffer.from(JSON.stringify({ correlation_id: 'r1', actor: 'owner' }))]) {
     head += 1;
     insert.run(head, randomUUID(), `s-1-hand-${head}`, 'Alpha', '{}', metadata, new Date().toISOString());
   }
@@ -94,4 +96,32 @@ t.test('a subscription that matches little in a large log stops when asked, betw
     whole.abort();
   }
   t.strictSame(all, [wanted.id]);
+});
+
+t.test('a filtered subscription passes a gap in positions in one step: a row put in by hand far ahead', async (t) => {
+  const file = join(tempDir(t), 'events.db');
+  const store = new EmbeddedEventStore(file);
+  t.teardown(() => store.close());
+  const first = event('Alpha', meta('r1', 'owner'));
+  await store.append('gap-1', [first, event('Beta', meta('r2', 'owner'))], 'no_stream');
+  // An operator's sqlite3 session: a row at a position far past the head (2^40), after which the log appends from there.
+  const byHand = new Database(file);
+  byHand.prepare('INSERT INTO events (position, id, stream, revision, type, data, metadata, recorded_at) VALUES (?, ?, ?, 0, ?, ?, ?, ?)')
+    .run(2 ** 40, randomUUID(), 'gap-hand', 'Alpha', '{}', JSON.stringify(meta('r1', 'owner')), new Date().toISOString());
+  byHand.close();
+  const last = event('Alpha', meta('r1', 'owner'));
+  const { position: end } = await store.append('gap-2', [last], 'no_stream');
+  t.equal(end, 2 ** 40 + 1);
+  for (const filter of [{ types: ['Alpha'] }, { correlationIds: ['r1'] }] satisfies SubscriptionFilter[]) {
+    const controller = new AbortController();
+    // Without the step, 2^40 / 65,536 = 16.8 million windows of nothing (about 4.5 minutes here; a row at 2^50, months).
+    // Given 5 s, it says how far it got.
+    const timer = setTimeout(() => controller.abort(), 5_000);
+    const found: number[] = [];
+    let reached = 0;
+    for await (const e of store.subscribeToAll(0, { filter, signal: controller.signal, onPosition: (p) => { reached = p; if (p >= end) controller.abort(); } })) found.push(e.position);
+    clearTimeout(timer);
+    t.equal(reached, end, `${JSON.stringify(filter)}: read to the head (reached ${reached})`);
+    t.strictSame(found, [1, 2 ** 40, end], `${JSON.stringify(filter)}: every match, each once`);
+  }
 });
