@@ -187,7 +187,7 @@ export function matchesFilter(event: { type: string; stream: string; metadata?: 
   if (!filter) return true;
   if (filter.types && !filter.types.includes(event.type)) return false;
   if (filter.streamPrefixes && !filter.streamPrefixes.some((p) => event.stream.startsWith(p))) return false;
-  // Only a string matches (as the embedded log's index, which compares SQL text with text): an event written by
+  // Only a string matches (as in the embedded log's SQL filter, which compares text with text): an event written by
   // another tool with a number or no metadata at all is no request's and no actor's.
   if (filter.correlationIds && !includesText(filter.correlationIds, event.metadata?.correlation_id)) return false;
   if (filter.actors && !includesText(filter.actors, event.metadata?.actor)) return false;
