@@ -7,6 +7,7 @@ import { openStores } from '../../infra/stores.js';
 import { allProjections } from '../../projections/index.js';
 import { rebuildProjection } from '../../projections/rebuild.js';
 import { startTestCairn, type TestCairn } from '../support/cairn.js';
+import { until } from '../support/logs.js';
 import { startScript } from '../support/processes.js';
 import { tempDir } from '../support/temp.js';
 
@@ -55,16 +56,11 @@ async function readyzUntil(app: TestCairn, until: (r: Ready) => boolean, ms = 10
 const run = (script: string, args: string[], env: NodeJS.ProcessEnv) => startScript(script, args, env).done;
 
 /** Waits (bounded) until every live read model's stored checkpoint, as `ops projections status` reads it, is at `position`. */
-async function checkpointsAt(dataDir: string, position: number, ms = 10_000): Promise<void> {
+async function checkpointsAt(dataDir: string, position: number): Promise<void> {
   const db = new Database(join(dataDir, 'readmodels.db'), { readonly: true });
   try {
     const behind = db.prepare("SELECT projection FROM rm_checkpoints WHERE slot = 'live' AND position < ?").pluck();
-    for (const end = Date.now() + ms; ;) {
-      const names = behind.all(position) as string[];
-      if (names.length === 0) return;
-      if (Date.now() > end) throw new Error(`checkpoints not stored at ${position}: ${names.join(', ')}`);
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await until(`every live checkpoint is stored at ${position}`, () => behind.all(position).length === 0, 10_000);
   } finally {
     db.close();
   }
