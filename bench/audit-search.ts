@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { Appender, SCHEMA, type AppendRequest } from '../infra/eventstore/embedded-appender.js';
 import { EmbeddedEventStore } from '../infra/eventstore/embedded.js';
 import type { EventMetadata, SubscriptionFilter } from '../infra/eventstore/port.js';
+import { setPageSize } from '../infra/page-size.js';
 import { fmt, percentile } from './lib.js';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 1_000_000);
@@ -49,6 +50,7 @@ try {
   out();
   const file = join(dir, 'events.db');
   const db = new Database(file);
+  setPageSize(db); // as the server makes its log (openWritable)
   db.pragma('journal_mode = WAL');
   db.exec(SCHEMA);
   db.pragma('synchronous = OFF');

@@ -1,6 +1,7 @@
 import type Database from 'better-sqlite3';
 import { DuplicateEventIdError, EventLogBusyError, StorageFullError, WrongExpectedVersionError } from './errors.js';
 import type { AppendResult, ExpectedRevision } from './port.js';
+import { setPageSize } from '../page-size.js';
 
 export const SCHEMA = `
 CREATE TABLE IF NOT EXISTS events (
@@ -73,6 +74,7 @@ function outcomeOf(error: unknown): AppendOutcome {
 
 export function openWritable(db: Database.Database): void {
   db.pragma('busy_timeout = 5000');
+  setPageSize(db);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
   db.exec(SCHEMA);

@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
 import type { Worker } from 'node:worker_threads';
+import { setPageSize } from '../page-size.js';
 import { preparePrivateFile } from '../private-files.js';
 import { startCheckpointer, stopCheckpointer, truncateWal } from '../threads.js';
 import {
@@ -68,6 +69,7 @@ export class EmbeddedReadStore implements ReadStore {
     if (file !== ':memory:') preparePrivateFile(file);
     this.db = new Database(file);
     this.db.pragma('busy_timeout = 5000');
+    setPageSize(this.db);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
     // Checkpoints (which fsync) run on a worker thread instead of inside this thread's commits. Under a
