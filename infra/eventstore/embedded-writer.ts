@@ -17,9 +17,10 @@ const { file } = workerData as { file: string };
 const db = new Database(file);
 openWritable(db);
 // Checkpoints (copying the WAL into the database, with an fsync) run on their own thread, not inside this
-// thread's commits; a rare one here (every 64 MiB of WAL) keeps the WAL bounded under steady writes. A WAL past
-// 64 MiB that the checkpointer has copied is truncated here, between commits (commit is synchronous, so the request
-// runs after one), not by the checkpointer's low-priority thread, which would hold the appends' lock meanwhile.
+// thread's commits; a rare one here (every 16,384 pages of WAL: 16 MiB with 1 KiB pages, see infra/page-size.ts)
+// keeps the WAL bounded under steady writes. A WAL past 64 MiB that the checkpointer has copied is truncated here,
+// between commits (commit is synchronous, so the request runs after one), not by the checkpointer's low-priority
+// thread, which would hold the appends' lock meanwhile.
 db.pragma('wal_autocheckpoint = 16384');
 const checkpointer = startCheckpointer(file, CHECKPOINT_INTERVAL_MS, { truncate: () => truncateWal(db) });
 const appender = new Appender(db);

@@ -75,8 +75,8 @@ export class EmbeddedReadStore implements ReadStore {
     // Checkpoints (which fsync) run on a worker thread instead of inside this thread's commits. Under a
     // steady stream of commits such a checkpoint never quite catches up, and SQLite only reuses the WAL
     // from its start after a complete one; so this connection still checkpoints itself, rarely (every
-    // 64 MiB of WAL), with little left to copy: the WAL stays bounded. A WAL a long read let grow past its limit is
-    // truncated on this connection, between batches (through the batch queue), when the thread has copied it: done by
+    // 16,384 pages of WAL, see infra/page-size.ts), with little left to copy: the WAL stays bounded. A WAL a long
+    // read let grow past its limit is truncated on this connection, between batches (through the batch queue), when the thread has copied it: done by
     // the lowest-priority thread, it held the lock the batches wait for while descheduled, and they failed with SQLITE_BUSY.
     if (file !== ':memory:' && options.checkpointer !== false) {
       this.db.pragma('wal_autocheckpoint = 16384');
