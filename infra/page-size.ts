@@ -9,8 +9,8 @@ import type Database from 'better-sqlite3';
  *
  * The connections that write still checkpoint by themselves every 16,384 pages of WAL (`wal_autocheckpoint`), now
  * 16 MiB instead of 64. Kept in pages, not bytes: 65,536 pages (the same 64 MiB) measured 10–20% fewer memory stores
- * over HTTP than 16,384 or 32,768 (same window, alternating), and 8,192 or fewer were slower too. Probably because a
- * page read looks the page up in the WAL's index, which grows with the frames, not the bytes.
+ * over HTTP than 16,384 or 32,768 (same window, alternating), and 8,192 or fewer were slower too. Why is not
+ * established (a larger checkpoint inside a commit stalls that commit longer; the WAL's index grows with its frames).
  *
  * SQLite takes a page size only while a file is still empty; a file made with another (any file made before this
  * setting, a restored backup) keeps its own, and works as before.
