@@ -671,6 +671,42 @@ t.test('embedded', async (t) => {
   }));
 });
 
+/** The layout of each read-model table of a file: `rowid` (made since the twenty-fourth session) or `without rowid` (before). */
+function layouts(file: string): Record<string, string> {
+  const db = new Database(file, { readonly: true });
+  try {
+    const rows = db.prepare(`SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name GLOB 'rm_*_g[0-9]*'`).all() as Array<{ name: string; sql: string }>;
+    return Object.fromEntries(rows.map((r) => [r.name, /WITHOUT ROWID/i.test(r.sql) ? 'without rowid' : 'rowid']));
+  } finally {
+    db.close();
+  }
+}
+
+t.test('embedded: the whole contract on tables an earlier version made (WITHOUT ROWID, keyed by id), rebuilt into the new layout', async (t) => {
+  const file = join(tempDir(t, 'cairn-contract-'), 'readmodels.db');
+  const old = new Database(file);
+  old.pragma('journal_mode = WAL');
+  for (const name of ['agents', 'docs', 'others']) {
+    old.exec(`CREATE TABLE rm_${name}_g1 (id TEXT PRIMARY KEY, position INTEGER NOT NULL, deleted INTEGER NOT NULL DEFAULT 0, doc TEXT NOT NULL) WITHOUT ROWID`);
+  }
+  old.close();
+  await readStoreContract(t, async () => ({
+    store: new EmbeddedReadStore(file),
+    atomicBatches: true,
+    swapper: (spec) => swapInThread(file, spec),
+    another: async () => new EmbeddedReadStore(file, { checkpointer: false }),
+    async physical() {
+      return Object.keys(layouts(file)).flatMap((name) => /^rm_(.+)_g(\d+)$/.exec(name)?.slice(1, 3).join('@') ?? []).sort();
+    },
+  }));
+  const after = layouts(file);
+  t.equal(after.rm_others_g1, 'without rowid', 'a table made before keeps its layout (and served the contract)');
+  t.equal(after.rm_docs_g4, 'rowid', 'a rebuild makes the next generation in the new layout');
+  const others = Object.entries(after).filter(([name]) => !['rm_others_g1', 'rm_docs_g4'].includes(name));
+  t.ok(others.length > 3, `and there are other tables (${others.map(([name]) => name).join(', ')})`);
+  t.strictSame(others.filter(([, layout]) => layout !== 'rowid'), [], 'every other table, of collections registered now too, is a rowid table');
+});
+
 t.test('embedded: a file from before failures and pauses were recorded gets the columns, and keeps its checkpoints', async (t) => {
   const file = join(tempDir(t, 'cairn-contract-'), 'readmodels.db');
   const old = new Database(file);
