@@ -5,7 +5,7 @@ import type Database from 'better-sqlite3';
  * changed to the WAL in full, and a write here changes few bytes on many pages: an event's row, and an entry in the
  * index of event ids (random, so a page of its own nearly every time); a memory's document, its index entries. With
  * 1 KiB pages a commit writes (and fsyncs) about a quarter of the bytes. Measured on 2 cores, same window, alternating
- * (bench/RESULTS.md, twenty-fourth session): durable appends with 8 clients +21%, memory stores over HTTP +13–28%.
+ * (bench/RESULTS.md, twenty-fourth session): durable appends with 8 clients +21%, memory stores over HTTP +13–29%.
  *
  * The connections that write still checkpoint by themselves every 16,384 pages of WAL (`wal_autocheckpoint`), now
  * 16 MiB instead of 64. Kept in pages, not bytes: 65,536 pages (the same 64 MiB) measured 10–20% fewer memory stores

@@ -76,8 +76,9 @@ export class EmbeddedReadStore implements ReadStore {
     // steady stream of commits such a checkpoint never quite catches up, and SQLite only reuses the WAL
     // from its start after a complete one; so this connection still checkpoints itself, rarely (every
     // 16,384 pages of WAL, see infra/page-size.ts), with little left to copy: the WAL stays bounded. A WAL a long
-    // read let grow past its limit is truncated on this connection, between batches (through the batch queue), when the thread has copied it: done by
-    // the lowest-priority thread, it held the lock the batches wait for while descheduled, and they failed with SQLITE_BUSY.
+    // read let grow past its limit is truncated on this connection, between batches (through the batch queue), when
+    // the thread has copied it: done by the lowest-priority thread, it held the lock the batches wait for while
+    // descheduled, and they failed with SQLITE_BUSY.
     if (file !== ':memory:' && options.checkpointer !== false) {
       this.db.pragma('wal_autocheckpoint = 16384');
       this.checkpointer = startCheckpointer(file, CHECKPOINT_INTERVAL_MS, {
@@ -324,8 +325,8 @@ export class EmbeddedReadStore implements ReadStore {
 
   private findIn<T extends Doc>(table: string, options: FindOptions, db = this.db): Page<Stored<T>> {
     const field = options.sort?.field ?? 'id';
-    // `+deleted` keeps the planner on the id (the primary key, or the unique index on it) where that is the way: with no filter and id order (no scan
-    // and sort per page), and for a filter on ids (`id IN (...)` of 1,000 ids: 10-25 ms instead of a scan of every
+    // `+deleted` keeps the planner on the id (the primary key, or the unique index on it) where that is the way: with
+    // no filter and id order (no scan and sort per page), and for a filter on ids (`id IN (...)` of 1,000 ids: 10-25 ms instead of a scan of every
     // live document through an index on `deleted`, 140-1,850 ms).
     const onIds = options.where?.id !== undefined;
     const { sql, params } = whereSql(options.where, onIds || (field === 'id' && Object.keys(options.where ?? {}).length === 0));
