@@ -326,8 +326,8 @@ export class EmbeddedReadStore implements ReadStore {
   private findIn<T extends Doc>(table: string, options: FindOptions, db = this.db): Page<Stored<T>> {
     const field = options.sort?.field ?? 'id';
     // `+deleted` keeps the planner on the id (the primary key, or the unique index on it) where that is the way: with
-    // no filter and id order (no scan and sort per page), and for a filter on ids (`id IN (...)` of 1,000 ids: 10-25 ms instead of a scan of every
-    // live document through an index on `deleted`, 140-1,850 ms).
+    // no filter and id order (no scan and sort per page), and for a filter on ids (`id IN (...)` of 1,000 ids:
+    // 10-25 ms instead of a scan of every live document through an index on `deleted`, 140-1,850 ms).
     const onIds = options.where?.id !== undefined;
     const { sql, params } = whereSql(options.where, onIds || (field === 'id' && Object.keys(options.where ?? {}).length === 0));
     if (!isQueryField(field)) throw new Error(`invalid sort field ${field}`);
