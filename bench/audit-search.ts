@@ -10,10 +10,9 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Appender, SCHEMA, type AppendRequest } from '../infra/eventstore/embedded-appender.js';
+import { Appender, openWritable, type AppendRequest } from '../infra/eventstore/embedded-appender.js';
 import { EmbeddedEventStore } from '../infra/eventstore/embedded.js';
 import type { EventMetadata, SubscriptionFilter } from '../infra/eventstore/port.js';
-import { setPageSize } from '../infra/page-size.js';
 import { fmt, percentile } from './lib.js';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 1_000_000);
@@ -50,9 +49,7 @@ try {
   out();
   const file = join(dir, 'events.db');
   const db = new Database(file);
-  setPageSize(db); // as the server makes its log (openWritable)
-  db.pragma('journal_mode = WAL');
-  db.exec(SCHEMA);
+  openWritable(db); // as the server makes its log (its page size included), then without fsyncs for the seeding
   db.pragma('synchronous = OFF');
   const appender = new Appender(db);
   let started = performance.now();
